@@ -45,9 +45,14 @@ def test_pyproject_and_environment_name_the_same_dependencies():
     for extra in project["optional-dependencies"].values():
         wanted |= {_norm(r) for r in extra}
     conda, pip = set(), set()
-    in_pip = False
+    in_pip = in_deps = False
     for line in (ROOT / "environment.yml").read_text().splitlines():
         stripped = line.strip()
+        if not line.startswith(" ") and stripped.endswith(":"):
+            in_deps = stripped == "dependencies:"
+            continue
+        if not in_deps:
+            continue
         if stripped.startswith("- pip:"):
             in_pip = True
             continue
