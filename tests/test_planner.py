@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -326,3 +327,21 @@ def test_comparison_with_chimeraforge_covers_every_claim_and_keeps_the_headline(
     assert ours["headline_vllm_cost"] < ours["headline_ollama_cost"]
     # TTFT ordering of the three GPUs is the same as theirs: H100 < 4090 < T4
     assert ours["ttft_7b_512_h100"] < ours["ttft_7b_512_4090"] < ours["ttft_7b_512_t4"]
+
+
+def test_calibration_reaches_the_plan():
+    # Halving the bandwidth utilisation doubles the memory-bound decode step of a single-stream
+    # 1B model, so its TPOT must rise (by close to 2x, less the fixed step overhead).
+    kwargs = dict(request_rate=0.1, prompt_tokens=128, output_tokens=64, models="Llama-3.2-1B",
+                  gpus="L4", quants="fp16", backends="ollama", tensor_parallel=1)
+    base = plan(**kwargs)
+    slow = plan(**kwargs, calibration={"mbu": 0.35})
+    assert slow["tpot_ms"].iloc[0] > 1.8 * base["tpot_ms"].iloc[0]
+
+
+def test_a_measured_host_row_plans_like_a_gpu():
+    host = pd.DataFrame([{"name": "host-cpu: test", "memory_gb": 24.0, "bandwidth_gb_s": 20.0,
+                          "fp16_tflops": 0.2, "price_usd_hour": 0.1, "source": "hand-made spec"}])
+    out = plan(request_rate=0.05, prompt_tokens=64, output_tokens=32, models="Gemma-3-270M",
+                       gpus=host, quants="q4_k_m", backends="llamacpp", tensor_parallel=1)
+    assert len(out) and (out["gpu"] == "host-cpu: test").all()

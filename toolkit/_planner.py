@@ -60,7 +60,9 @@ from toolkit._catalog import quantizations as quant_catalog
 from toolkit._catalog import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._data import load_csv
 from toolkit._queueing import queue_wait, workload_presets
-from toolkit._serving import cost_model
+from toolkit._serving import _calibration_mapping, cost_model
+
+_CALIBRATED = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
 from toolkit._validate import check_choice, check_int, check_number
 
 __all__ = ["plan", "add_cli", "compare_with_chimeraforge"]
@@ -167,24 +169,32 @@ def _freeze(spec: dict[str, Any]) -> tuple:
 # Cost models and their tables are cached across calls: a sweep over request rates, SLOs or
 # workloads re-plans the same configurations, and a CostModel is immutable.
 @lru_cache(maxsize=16384)
-def _cost_model(model: tuple, gpu: tuple, quant: tuple, tp: int, reserved_gb: float):
-    return cost_model(dict(model), dict(gpu), dict(quant), tensor_parallel=tp, reserved_gb=reserved_gb)
+def _cost_model(model: tuple, gpu: tuple, quant: tuple, tp: int, calib: tuple, reserved_gb: float):
+    return cost_model(dict(model), dict(gpu), dict(quant), tensor_parallel=tp, calibration=dict(calib),
+                      reserved_gb=reserved_gb)
 
 
 @lru_cache(maxsize=16384)
-def _kv_cap(model: tuple, gpu: tuple, quant: tuple, tp: int, reserved_gb: float, context_tokens: int) -> int:
-    return _cost_model(model, gpu, quant, tp, reserved_gb).max_concurrent_seqs(context_tokens)
+def _kv_cap(model: tuple, gpu: tuple, quant: tuple, tp: int, calib: tuple, reserved_gb: float,
+            context_tokens: int) -> int:
+    return _cost_model(model, gpu, quant, tp, calib, reserved_gb).max_concurrent_seqs(context_tokens)
 
 
 @lru_cache(maxsize=16384)
-def _tables(model: tuple, gpu: tuple, quant: tuple, tp: int, reserved_gb: float, top: int, prompt: int, output: int,
-            cached: float):
+def _tables(model: tuple, gpu: tuple, quant: tuple, tp: int, calib: tuple, reserved_gb: float, top: int,
+            prompt: int, output: int, cached: float):
     """(decode step ms at 0..top sequences of mean context prompt + output/2, TTFT ms, prefill ms).
     The step time does not depend on the runtime reservation, so any reservation's model serves."""
-    cm = _cost_model(model, gpu, quant, tp, reserved_gb)
+    cm = _cost_model(model, gpu, quant, tp, calib, reserved_gb)
     n = np.arange(top + 1, dtype=float)
     first = cm.ttft_ms(prompt, cached)
     return cm.step_ms(n, n * (prompt + output / 2)), first, first - cm.request_overhead_ms
+
+
+def _calibration_key(calibration: object) -> tuple:
+    """The calibration's efficiencies as a hashable key for the cost-model caches."""
+    mapping = _calibration_mapping(calibration)
+    return tuple(sorted((k, float(mapping[k])) for k in _CALIBRATED if k in mapping and pd.notna(mapping[k])))
 
 
 @lru_cache(maxsize=1024)
@@ -193,7 +203,8 @@ def _batch_grid(cap: int) -> np.ndarray:
     return np.unique(np.append(powers, cap))
 
 
-def _build_grid(models, gpus, quants, backends, tensor_parallel, prompt_tokens, output_tokens, cached_tokens) -> _Grid:
+def _build_grid(models, gpus, quants, backends, tensor_parallel, prompt_tokens, output_tokens, cached_tokens,
+                calib: tuple) -> _Grid:
     """Loop over the few (model, GPU, format, TP) combinations to build their cost models and tables."""
     support = _support()
     grid_max = int(_constants()["max_batch_grid"])
@@ -211,7 +222,7 @@ def _build_grid(models, gpus, quants, backends, tensor_parallel, prompt_tokens, 
                     if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
                         continue
                     tp_backends = [b for b in usable if tp == 1 or support[b["name"]][1]]
-                    specs = (frozen[id(m)], frozen[id(g)], frozen[id(q)], tp)
+                    specs = (frozen[id(m)], frozen[id(g)], frozen[id(q)], tp, calib)
                     caps = []
                     for b in tp_backends:
                         kv_cap = _kv_cap(*specs, b["reserved_gb"], context)
@@ -414,6 +425,7 @@ def plan(
     workload: str = "chatbot",
     prefix_cache_hit_rate: float = 0.0,
     budget_usd_month: float | None = None,
+    calibration: object = None,
 ) -> pd.DataFrame:
     """Every fleet that can serve ``request_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -449,6 +461,9 @@ def plan(
         Fraction of each prompt served from the prefix cache, in [0, 1).
     budget_usd_month : float, optional
         Monthly budget in USD (> 0); dearer plans get ``meets_slo=False``, binding ``budget``.
+    calibration : dict, Series or one-row DataFrame, optional
+        Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``) replacing the
+        defaults of the serving model, e.g. the row :func:`toolkit.calibrate` returns.
 
     Returns
     -------
@@ -497,7 +512,7 @@ def plan(
         _specs("gpus", gpus, gpu_catalog, resolve_gpu),
         _specs("quants", quants, quant_catalog, resolve_quant),
         _specs("backends", backends, backend_catalog, resolve_backend),
-        tps, prompt, output, hit * prompt,
+        tps, prompt, output, hit * prompt, _calibration_key(calibration),
     )
     const = _constants()
     ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]))
