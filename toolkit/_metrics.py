@@ -68,7 +68,7 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
     metrics_url : str
         Full URL of the page, e.g. ``http://127.0.0.1:8080/metrics``.
     timeout_s : float
-        Limit for the whole request, in seconds (> 0).
+        Limit for the whole request, in seconds (> 0 and <= 86400).
     api_key : str or None
         Sent as a bearer token when given; never stored or echoed. A ``user:password@`` in the URL is
         sent as basic auth and kept out of logged URLs.
@@ -92,7 +92,7 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
     """
     if not isinstance(metrics_url, str) or not metrics_url.startswith(("http://", "https://")):
         raise ValueError(f"metrics_url must be an http(s) URL, got {metrics_url!r}")
-    timeout_s = check_number("timeout_s", timeout_s, low=0, low_inclusive=False)
+    timeout_s = check_number("timeout_s", timeout_s, low=0, high=86_400, low_inclusive=False)
     url, auth, _ = split_credentials(metrics_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     response = httpx.get(url, timeout=timeout_s, headers=headers, auth=auth, trust_env=False)
