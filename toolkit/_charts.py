@@ -15,6 +15,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from toolkit._validate import check_int
+
 # One hue for single-series columns. WCAG contrast 4.3:1 on white and on #121212 (tests/test_charts.py
 # derives both), so the bars keep >= 3:1 on light and dark pages alike.
 BAR_COLOR = "#00897B"
@@ -159,7 +161,8 @@ def queueing_chart(
         ``utilization``, ``cs2`` and ``simulated_p{percentile}_s`` (``compare_wait_models``) or
         ``wait_p{percentile}_s`` (s); ``distribution`` sets the point shape when present.
     percentile : int
-        Which wait percentile to draw (50, 95, 99).
+        Which wait percentile to draw, an integer from 1 to 99 (``queue_wait`` gives 50, 95 and 99
+        by default; ``compare_wait_models`` gives 95 and 99).
     title : str, optional
         Defaults to "p{percentile} queue wait against utilisation".
 
@@ -169,7 +172,7 @@ def queueing_chart(
         Line layer (closed form) and, with ``simulated``, a point layer, both with the wait in a
         ``wait_s`` field; y is log-scaled seconds.
     """
-    pct = int(percentile)
+    pct = check_int("percentile", percentile, low=1, high=99)
     closed = _waits(closed_form, "closed_form", (f"wait_p{pct}_s", f"closed_form_p{pct}_s"))
     color = alt.Color("cs2:O", title="service cs²", scale=alt.Scale(scheme="viridis"))
     x = alt.X("utilization:Q", title="utilisation", scale=alt.Scale(domain=[0, 1]))

@@ -23,6 +23,9 @@ from toolkit._data import load_csv
 from toolkit._validate import check_array
 
 _WORKLOADS_CSV = "workloads.csv"
+# The Erlang B recursion below is O(servers); this ceiling (the planner's max_replicas too) keeps one
+# call well under a second.
+MAX_SERVERS = 100_000
 
 
 def _numbers(name: str, value: object, **bounds) -> np.ndarray:
@@ -37,9 +40,9 @@ def _numbers(name: str, value: object, **bounds) -> np.ndarray:
 
 
 def _as_servers(name: str, value: object) -> np.ndarray:
-    arr = _numbers(name, value, low=1)
+    arr = _numbers(name, value, low=1, high=MAX_SERVERS)
     if not np.all(arr == np.floor(arr)):
-        raise ValueError(f"{name} must be integers (>= 1), got {value!r}")
+        raise ValueError(f"{name} must be integers (>= 1 and <= {MAX_SERVERS:g}), got {value!r}")
     return arr.astype(np.int64)
 
 
@@ -62,11 +65,12 @@ def erlang_c(servers: object, offered_load: object) -> float | np.ndarray:
 
     Computed through the Erlang B recursion, which is numerically stable for thousands of
     servers, and vectorised: ``servers`` and ``offered_load`` broadcast against each other.
+    Its cost grows with ``c``, hence the ceiling of 100,000 servers.
 
     Parameters
     ----------
     servers : int or array of int
-        Number of servers ``c`` (>= 1).
+        Number of servers ``c`` (1 to 100,000).
     offered_load : float or array
         Offered load ``a = arrival_rate * mean_service_time`` in Erlangs (>= 0). The per-server
         utilisation is ``a / c``.
@@ -203,7 +207,7 @@ def queue_wait(
     service_time_s : float or array
         Mean service time ``1/mu`` of one request on one server, in seconds (> 0).
     servers : int or array of int
-        Number of servers ``c`` sharing one FIFO queue (>= 1).
+        Number of servers ``c`` sharing one FIFO queue (1 to 100,000).
     ca2 : float or array
         Squared coefficient of variation of inter-arrival times (>= 0; 1 = Poisson).
     cs2 : float or array

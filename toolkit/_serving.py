@@ -84,6 +84,11 @@ _TUNABLE: dict[str, tuple[float, float | None, bool]] = {
 
 _SCALARS = (int, float, np.integer, np.floating)
 
+# Validation ceilings, far beyond any real model or engine: they keep token x batch products inside
+# int64 and float precision, so an absurd input is a ValueError rather than an overflow.
+MAX_TOKENS = 10**9
+MAX_BATCH = 10**6
+
 
 def efficiency_defaults() -> pd.DataFrame:
     """The default efficiencies and constants of the serving model, with their sources.
@@ -564,9 +569,9 @@ def batching_curve(
     model, gpu, quant : str or spec
         Catalog names or spec dicts.
     context_tokens : int
-        KV tokens each running sequence holds (>= 1).
+        KV tokens each running sequence holds (1 to 10**9).
     batch_sizes : array-like of int, optional
-        Batches to evaluate (>= 1); default powers of two 1..512 plus the KV-bound maximum.
+        Batches to evaluate (1 to 10**6); default powers of two 1..512 plus the KV-bound maximum.
     tensor_parallel : int
         GPUs per replica.
     mbu, mfu : float, optional
@@ -598,14 +603,14 @@ def batching_curve(
         mbu=mbu, mfu=mfu, step_overhead_ms=step_overhead_ms, backend=backend,
         gpu_memory_utilization=gpu_memory_utilization, max_batched_tokens=max_batched_tokens,
     )
-    context = check_int("context_tokens", context_tokens, low=1)
+    context = check_int("context_tokens", context_tokens, low=1, high=MAX_TOKENS)
     max_seqs = cm.max_concurrent_seqs(context)
     if batch_sizes is None:
         batch = _default_batches(max_seqs)
     else:
-        batch = check_array("batch_sizes", batch_sizes, low=1)
+        batch = check_array("batch_sizes", batch_sizes, low=1, high=MAX_BATCH)
         if not np.all(batch == np.round(batch)):
-            raise ValueError(f"batch_sizes must be integers >= 1, got {batch_sizes!r}")
+            raise ValueError(f"batch_sizes must be integers (>= 1 and <= {MAX_BATCH:g}), got {batch_sizes!r}")
         batch = batch.astype(int)
     terms = cm.step_terms(batch, batch * context)
     step = terms["step_ms"]

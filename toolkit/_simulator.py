@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._queueing import queue_wait
+from toolkit._queueing import MAX_SERVERS, queue_wait
+from toolkit._serving import MAX_BATCH, MAX_TOKENS, cost_model
 from toolkit._validate import check_choice, check_int, check_number
 
 __all__ = ["SimulationResult", "simulate", "compare_wait_models"]
@@ -50,6 +51,13 @@ _ROUTING = ("round_robin", "least_loaded", "shared_queue")
 _ARRIVALS = ("poisson", "gamma")
 _METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 _IDLE, _WAKE, _STEP, _RUN = range(4)
+# Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
+# one call within memory and minutes. compare_wait_models holds num_requests floats a few times over.
+MAX_REQUESTS = 10**7
+MAX_REPLICAS = 10**4
+MAX_WAIT_REQUESTS = 10**8
+MAX_REPLICATIONS = 1000
+MAX_CS2 = 100.0
 
 
 class _Linear:
@@ -497,10 +505,10 @@ def _draw_tokens(name: str, spec: object, rng: np.random.Generator, n: int) -> n
     elif isinstance(spec, (tuple, list)) and spec and isinstance(spec[0], str):
         kind = spec[0]
         if kind == "geometric" and len(spec) == 2:
-            mean = check_number(f"{name} geometric mean", spec[1], low=1)
+            mean = check_number(f"{name} geometric mean", spec[1], low=1, high=MAX_TOKENS)
             values = rng.geometric(1.0 / mean, n)
         elif kind == "lognormal" and len(spec) == 3:
-            mean = check_number(f"{name} lognormal mean", spec[1], low=1)
+            mean = check_number(f"{name} lognormal mean", spec[1], low=1, high=MAX_TOKENS)
             cv = check_number(f"{name} lognormal cv", spec[2], low=0)
             sigma2 = math.log1p(cv * cv)
             values = np.maximum(np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)), 1)
@@ -510,9 +518,10 @@ def _draw_tokens(name: str, spec: object, rng: np.random.Generator, n: int) -> n
                 f"('lognormal', mean, cv); got {spec!r}"
             )
     else:
-        return np.full(n, check_int(name, spec, low=1), dtype=np.int64)
-    if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)):
-        raise ValueError(f"{name} must all be integers >= 1")
+        return np.full(n, check_int(name, spec, low=1, high=MAX_TOKENS), dtype=np.int64)
+    if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)
+            and np.all(values <= MAX_TOKENS)):
+        raise ValueError(f"{name} must all be integers (>= 1 and <= {MAX_TOKENS:g})")
     return values.astype(np.int64)
 
 
@@ -528,8 +537,9 @@ def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tokens = []
     for col in ("prompt_tokens", "output_tokens"):
         values = trace[col].to_numpy(dtype=float)
-        if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)):
-            raise ValueError(f"trace {col} must be integers >= 1")
+        if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)
+                and np.all(values <= MAX_TOKENS)):
+            raise ValueError(f"trace {col} must be integers (>= 1 and <= {MAX_TOKENS:g})")
         tokens.append(values.astype(np.int64))
     return arrival, tokens[0], tokens[1]
 
@@ -550,7 +560,7 @@ def _load(
             raise ValueError("with a trace, prompt_tokens, output_tokens and num_requests must be None")
         arrival, prompt, output = _trace_columns(trace)
         return arrival, prompt, output
-    n = check_int("num_requests", num_requests, low=1)
+    n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
     if arrival_rate is not None:
         rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
         if arrivals == "poisson":
@@ -568,8 +578,6 @@ def _load(
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
     if cost is None:
-        from toolkit._serving import cost_model
-
         return cost_model(
             model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, calibration=calibration,
             backend=backend, max_batched_tokens=token_budget,
@@ -629,25 +637,25 @@ def simulate(
     prompt_tokens, output_tokens : int, tuple or callable
         Tokens per request: an int (fixed), ``("geometric", mean)`` (1, 2, ... with that mean:
         geometric output lengths make the service time nearly exponential), ``("lognormal", mean,
-        cv)`` (rounded, at least 1), or ``callable(rng, n)`` returning ``n`` integers >= 1. None with
-        a ``trace``.
+        cv)`` (rounded, at least 1), or ``callable(rng, n)`` returning ``n`` integers >= 1. Every
+        count, and a mean, is at most 10**9. None with a ``trace``.
     num_requests : int
-        Requests to simulate (>= 1); None with a ``trace`` (its rows are the requests).
+        Requests to simulate (1 to 10**7); None with a ``trace`` (its rows are the requests).
     arrival_rate : float, optional
         Open loop: mean arrival rate in requests per second over all replicas.
     concurrency : int, optional
         Closed loop: this many clients, each sending its next request as soon as the previous one
         completes (all start at time 0).
     max_batch : int
-        Most sequences running at once per replica (vLLM ``max_num_seqs``; >= 1). A backend's own
-        cap, when ``backend`` is given, also applies.
+        Most sequences running at once per replica (vLLM ``max_num_seqs``; 1 to 10**6). A backend's
+        own cap, when ``backend`` is given, also applies.
     max_num_batched_tokens : int
-        Token budget of one step (decode tokens plus prefill chunks; >= ``max_batch``). It also
-        sizes the activation reserve of the KV budget.
+        Token budget of one step (decode tokens plus prefill chunks; from ``max_batch`` to 10**9).
+        It also sizes the activation reserve of the KV budget, so a large one leaves less KV cache.
     tensor_parallel : int
         GPUs per replica.
     replicas : int
-        Identical engine replicas (>= 1).
+        Identical engine replicas (1 to 10**4).
     seed : int
         Seed of the numpy ``Generator`` drawing arrivals and token counts.
     arrivals : {"poisson", "gamma"}
@@ -658,7 +666,7 @@ def simulate(
         ``arrivals="gamma"``.
     trace : pandas.DataFrame, optional
         Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``,
-        ``output_tokens``; one request per row.
+        ``output_tokens`` (integers, 1 to 10**9); one request per row.
     routing : {"round_robin", "least_loaded", "shared_queue"}
         How requests reach replicas: in turn; to the replica with the fewest requests waiting plus
         running; or held in one central FIFO queue and taken by the first replica with room (c
@@ -695,14 +703,14 @@ def simulate(
         steps, averaged over replicas), ``kv_budget_tokens`` (per replica).
         ``.config``: the settings used.
     """
-    batch = check_int("max_batch", max_batch, low=1)
-    token_budget = check_int("max_num_batched_tokens", max_num_batched_tokens, low=1)
+    batch = check_int("max_batch", max_batch, low=1, high=MAX_BATCH)
+    token_budget = check_int("max_num_batched_tokens", max_num_batched_tokens, low=1, high=MAX_TOKENS)
     if token_budget < batch:
         raise ValueError(
             f"max_num_batched_tokens must be >= max_batch ({batch}) so every running sequence can decode "
             f"each step; got {token_budget}"
         )
-    n_replicas = check_int("replicas", replicas, low=1)
+    n_replicas = check_int("replicas", replicas, low=1, high=MAX_REPLICAS)
     check_choice("routing", routing, _ROUTING)
     warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     seed = check_int("seed", seed, low=0)
@@ -720,7 +728,8 @@ def simulate(
     if largest > kv_budget:
         raise ValueError(
             f"prompt_tokens + output_tokens of a request ({largest - slack}) must fit in the KV budget of "
-            f"{kv_budget} tokens per replica (model, gpu, quant or tensor_parallel too small)"
+            f"{kv_budget} tokens per replica (model, gpu, quant or tensor_parallel too small, or "
+            f"max_num_batched_tokens={token_budget} reserving too much activation memory)"
         )
     overhead_s = float(cm.request_overhead_ms) / 1e3
     n = len(prompt)
@@ -864,17 +873,18 @@ def compare_wait_models(
     utilizations : sequence of float
         Per-server utilisations ``rho`` in (0, 1); the arrival rate is ``rho * servers`` per second.
     cs2_values : sequence of float
-        Squared coefficients of variation of the service time (>= 0).
+        Squared coefficients of variation of the service time (0 to 100).
     servers : int
-        Servers sharing the FIFO queue (>= 1).
+        Servers sharing the FIFO queue (1 to 100,000).
     num_requests : int
-        Requests simulated per cell, over all replications (>= 1000 per replication).
+        Requests simulated per cell, over all replications (at least 1000 per replication, at most
+        10**8).
     seed : int
         Seed; each cell draws from its own stream, so cells do not depend on each other.
     distributions : sequence of {"gamma", "hyperexponential"}
         Service-time laws for cs2 other than 0 and 1.
     replications : int
-        Independent runs per cell (>= 2), for the standard error.
+        Independent runs per cell (2 to 1000), for the standard error.
 
     Returns
     -------
@@ -888,12 +898,12 @@ def compare_wait_models(
     """
     rhos = [check_number("utilizations", u, low=0, high=1, low_inclusive=False, high_inclusive=False)
             for u in utilizations]
-    variances = [check_number("cs2_values", v, low=0) for v in cs2_values]
+    variances = [check_number("cs2_values", v, low=0, high=MAX_CS2) for v in cs2_values]
     if not rhos or not variances:
         raise ValueError("utilizations and cs2_values must not be empty")
-    c = check_int("servers", servers, low=1)
-    reps = check_int("replications", replications, low=2)
-    total = check_int("num_requests", num_requests, low=1000 * reps)
+    c = check_int("servers", servers, low=1, high=MAX_SERVERS)
+    reps = check_int("replications", replications, low=2, high=MAX_REPLICATIONS)
+    total = check_int("num_requests", num_requests, low=1000 * reps, high=MAX_WAIT_REQUESTS)
     seed = check_int("seed", seed, low=0)
     for d in distributions:
         check_choice("distributions", d, ("gamma", "hyperexponential"))
