@@ -345,3 +345,13 @@ def test_a_measured_host_row_plans_like_a_gpu():
     out = plan(request_rate=0.05, prompt_tokens=64, output_tokens=32, models="Gemma-3-270M",
                        gpus=host, quants="q4_k_m", backends="llamacpp", tensor_parallel=1)
     assert len(out) and (out["gpu"] == "host-cpu: test").all()
+
+
+def test_cached_candidate_grid_is_not_altered_by_other_questions():
+    # The grid of candidates is cached across calls that differ only in rate, SLOs, percentile,
+    # workload or budget; plans in between must leave the first answer exactly as it was.
+    question = dict(**REQUEST, slo_e2e_ms=5000, **SMALL)
+    first = plan(3, **question)
+    plan(40, **{**question, "slo_e2e_ms": 800}, slo_ttft_ms=100, workload="agent", percentile=0.99,
+         budget_usd_month=300)
+    pd.testing.assert_frame_equal(plan(3, **question), first)

@@ -33,8 +33,9 @@ The model of one replica (every step time from :class:`toolkit.CostModel`, every
 Replicas are found by a vectorised bisection over ``1..max_replicas`` (every check is monotone in
 the per-replica load); batch, replicas and every latency are numpy array math over all candidates
 at once. Only building one :class:`CostModel` per model x GPU x format x tensor parallel x runtime
-reservation (and tabulating its decode step over batch 0..cap) is a Python loop; those are cached
-across calls.
+reservation (and tabulating its decode step over batch 0..cap) is a Python loop; those, and the
+whole candidate grid for a given set of specs and request shape, are cached across calls. Queue waits
+come from the array core of :func:`toolkit.queue_wait` (the same formula, no DataFrame per call).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -59,7 +59,7 @@ from toolkit._catalog import models as model_catalog
 from toolkit._catalog import quantizations as quant_catalog
 from toolkit._catalog import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._data import load_csv
-from toolkit._queueing import queue_wait, workload_presets
+from toolkit._queueing import _waits, workload_presets
 from toolkit._serving import _calibration_mapping, cost_model
 
 _CALIBRATED = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
@@ -68,7 +68,8 @@ from toolkit._validate import check_choice, check_int, check_number
 __all__ = ["plan", "add_cli", "compare_with_chimeraforge"]
 
 _CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
-_SERVER_BUCKETS = np.array([16, 128])  # one queue_wait call each for c <= 16, 17..128, > 128
+_CONFIG_COLUMNS = {"model": object, "gpu": object, "quant": object, "tensor_parallel": int,
+                   "interconnect_gb_s": float, "quality": float}
 
 
 @lru_cache(maxsize=1)
@@ -157,7 +158,7 @@ class _Grid:
     ttft_ms: np.ndarray  # per config: prefill of the uncached prompt + request overhead
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
-    rows: list[dict[str, Any]]  # per config: model, gpu, quant, tensor_parallel, interconnect
+    configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
 
 
 def _freeze(spec: dict[str, Any]) -> tuple:
@@ -203,26 +204,38 @@ def _batch_grid(cap: int) -> np.ndarray:
     return np.unique(np.append(powers, cap))
 
 
-def _build_grid(models, gpus, quants, backends, tensor_parallel, prompt_tokens, output_tokens, cached_tokens,
-                calib: tuple) -> _Grid:
-    """Loop over the few (model, GPU, format, TP) combinations to build their cost models and tables."""
+def _thaw(frozen: tuple) -> dict[str, Any]:
+    """The spec dict back from :func:`_freeze`, blanks as NaN again."""
+    return {k: math.nan if v is None else v for k, v in frozen}
+
+
+# The grid does not depend on the rate, the SLOs, the percentile, the workload or the budget, so a
+# sweep over those re-uses it; its arrays are read-only.
+@lru_cache(maxsize=32)
+def _build_grid(models: tuple, gpus: tuple, quants: tuple, backends: tuple, tensor_parallel: tuple,
+                prompt_tokens: int, output_tokens: int, cached_tokens: float, calib: tuple, grid_max: int) -> _Grid:
+    """Loop over the few (model, GPU, format, TP) combinations (frozen specs) to build their cost
+    models and tables."""
     support = _support()
-    grid_max = int(_constants()["max_batch_grid"])
     context = prompt_tokens + output_tokens
-    cfg, batch, reason, at_cap, names = [], [], [], [], []
-    tables, ttft, prefill, cost_hour, rows = [], [], [], [], []
-    frozen = {id(spec): _freeze(spec) for spec in (*models, *gpus, *quants)}
-    for m in models:
+    entries = []  # (config index, backend name, batch cap, what caps it), one per config x backend
+    tables, ttft, prefill, cost_hour, rows = [], [], [], [], []  # rows: per config, its _CONFIG_COLUMNS
+    gpu_specs = [(fg, _thaw(fg)) for fg in gpus]
+    quant_specs = [(fq, _thaw(fq)) for fq in quants]
+    backend_specs = [_thaw(fb) for fb in backends]
+    for fm in models:
+        m = _thaw(fm)
         if not (math.isnan(m["max_context"]) or context <= m["max_context"]):
             continue
-        for g in gpus:
-            for q in quants:
-                usable = [b for b in backends if q["name"] in support.get(b["name"], (frozenset(), False))[0]]
+        for fg, g in gpu_specs:
+            for fq, q in quant_specs:
+                usable = [b for b in backend_specs
+                          if q["name"] in support.get(b["name"], (frozenset(), False))[0]]
                 for tp in tensor_parallel:
                     if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
                         continue
                     tp_backends = [b for b in usable if tp == 1 or support[b["name"]][1]]
-                    specs = (frozen[id(m)], frozen[id(g)], frozen[id(q)], tp, calib)
+                    specs = (fm, fg, fq, tp, calib)
                     caps = []
                     for b in tp_backends:
                         kv_cap = _kv_cap(*specs, b["reserved_gb"], context)
@@ -239,25 +252,28 @@ def _build_grid(models, gpus, quants, backends, tensor_parallel, prompt_tokens, 
                     ttft.append(first)
                     prefill.append(alone)
                     cost_hour.append(g["price_usd_hour"] * tp)
-                    rows.append({"model": m["name"], "gpu": g["name"], "quant": q["name"], "tensor_parallel": tp,
-                                 "interconnect_gb_s": g["interconnect_gb_s"]})
-                    for b, cap, why in caps:
-                        grid = _batch_grid(cap)
-                        cfg.append(np.full(grid.size, index))
-                        batch.append(grid)
-                        reason.append(np.full(grid.size, why, dtype=object))
-                        at_cap.append(grid == cap)
-                        names.append(np.full(grid.size, b["name"], dtype=object))
+                    rows.append((m["name"], g["name"], q["name"], tp, g["interconnect_gb_s"],
+                                 quality_score(m["name"], q["name"])))
+                    entries.extend((index, b["name"], cap, why) for b, cap, why in caps)
     width = max((t.size for t in tables), default=1)
     table = np.full((len(tables), width), np.nan)
     for i, t in enumerate(tables):
         table[i, : t.size] = t
-    cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.array([], dtype=dtype))
-    return _Grid(
-        cfg=cat(cfg, int), batch=cat(batch, int), cap_reason=cat(reason, object), at_cap=cat(at_cap, bool),
-        backend=cat(names, object), step_table=table, ttft_ms=np.array(ttft, dtype=float),
-        prefill_ms=np.array(prefill, dtype=float), gpu_cost_hour=np.array(cost_hour, dtype=float), rows=rows,
+    grids = [_batch_grid(cap) for _, _, cap, _ in entries]
+    sizes = [grid.size for grid in grids]
+    per_entry = (lambda k, dtype: np.repeat(np.array([e[k] for e in entries], dtype=dtype), sizes))
+    batch = np.concatenate(grids) if grids else np.array([], dtype=int)
+    grid = _Grid(
+        cfg=per_entry(0, int), batch=batch, cap_reason=per_entry(3, object), at_cap=batch == per_entry(2, int),
+        backend=per_entry(1, object), step_table=table, ttft_ms=np.array(ttft, dtype=float),
+        prefill_ms=np.array(prefill, dtype=float), gpu_cost_hour=np.array(cost_hour, dtype=float),
+        configs={name: np.array([r[i] for r in rows], dtype=dtype)
+                 for i, (name, dtype) in enumerate(_CONFIG_COLUMNS.items())},
     )
+    for value in (*vars(grid).values(), *grid.configs.values()):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return grid
 
 
 class _Evaluator:
@@ -271,17 +287,18 @@ class _Evaluator:
         self.percentile = percentile
         self.slos = slos
         self.iterations = iterations
-        self.wait_column = f"wait_p{100 * percentile:g}_s"
         self.long_output = output_tokens * length_quantile(cs2, percentile)
+        self._flat = grid.step_table.ravel()
+        self._row_start = grid.cfg * grid.step_table.shape[1]  # per candidate: its row in _flat
 
     def _step(self, idx: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Decode step (ms) at a fractional batch, linear between the tabulated whole batches."""
+        return self._interpolate(self._row_start[idx], self.g.batch[idx], n)
+
+    def _interpolate(self, row_start: np.ndarray, cap: np.ndarray, n: np.ndarray) -> np.ndarray:
         lo = np.floor(n).astype(int)
-        hi = np.minimum(lo + 1, self.g.batch[idx])
-        base = self.g.cfg[idx] * self.g.step_table.shape[1]
-        flat = self.g.step_table.ravel()
-        below = flat[base + lo]
-        return below + (n - lo) * (flat[base + hi] - below)
+        below = self._flat[row_start + lo]
+        return below + (n - lo) * (self._flat[row_start + np.minimum(lo + 1, cap)] - below)
 
     def latency(self, idx: np.ndarray, replicas: np.ndarray, *, iterations: int | None = None) -> dict[str, np.ndarray]:
         g, cfg = self.g, self.g.cfg[idx]
@@ -289,15 +306,36 @@ class _Evaluator:
         lam = self.rate / replicas
         paused = np.where(c > 1, lam * g.prefill_ms[cfg] / 1e3, 0.0)  # share of time prefilling others
         stretch = np.where(paused < 1, 1.0 / np.maximum(1.0 - paused, 1e-300), np.inf)
-        n = c.copy()
-        for _ in range(self.iterations if iterations is None else iterations):
-            service_s = (g.ttft_ms[cfg] + self.output * self._step(idx, n) * stretch) / 1e3
-            n = np.minimum(c, 1.0 + lam * service_s)
+        first = g.ttft_ms[cfg]
+        n = self._implied_batch(idx, c, lam, first, stretch, self.iterations if iterations is None else iterations)
         tpot = self._step(idx, n) * stretch
-        service_s = (g.ttft_ms[cfg] + self.output * tpot) / 1e3
+        service_s = (first + self.output * tpot) / 1e3
         utilization = lam * service_s / c
         return {"lam": lam, "c": c, "tpot_ms": tpot, "stretch": stretch, "service_s": service_s,
                 "utilization": utilization, "stable": np.isfinite(service_s) & (utilization < 1.0)}
+
+    def _implied_batch(self, idx, c, lam, first, stretch, iterations: int) -> np.ndarray:
+        """``iterations`` steps of n <- min(c, 1 + lambda_r x S(n)) from n = c. An element whose iterate
+        repeats exactly is at its fixed point and would only repeat it, so it leaves the loop: the
+        same result as iterating every element the full count."""
+        n = c.copy()
+        live = np.arange(idx.size)
+        x_n, x_c, x_lam, x_first, x_stretch = n.copy(), c, lam, first, stretch
+        x_start, x_cap = self._row_start[idx], self.g.batch[idx]
+        for _ in range(iterations):
+            service_s = (x_first + self.output * self._interpolate(x_start, x_cap, x_n) * x_stretch) / 1e3
+            new = np.minimum(x_c, 1.0 + x_lam * service_s)
+            moved = new != x_n
+            x_n = new
+            if moved.all():
+                continue
+            n[live] = x_n
+            live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap = (
+                v[moved] for v in (live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap))
+            if not live.size:
+                break
+        n[live] = x_n
+        return n
 
     def evaluate(self, idx: np.ndarray, replicas: np.ndarray) -> dict[str, np.ndarray]:
         out = self.latency(idx, replicas)
@@ -332,19 +370,10 @@ class _Evaluator:
         return step + pauses * self.g.prefill_ms[self.g.cfg[idx]] / self.output
 
     def _wait(self, lam: np.ndarray, service_s: np.ndarray, servers: np.ndarray, ca2: np.ndarray) -> np.ndarray:
-        """Percentile queue wait (s) from queue_wait, one call per bucket of server counts (its
-        Erlang recursion runs to the largest count of the call, so small and large batches are
-        kept apart)."""
-        bucket = np.searchsorted(_SERVER_BUCKETS, servers)
-        wait = np.empty(lam.size)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # the planner words the high-variance warning itself
-            for b in np.unique(bucket):
-                sel = bucket == b
-                table = queue_wait(lam[sel], service_s[sel], servers=servers[sel], ca2=ca2[sel], cs2=self.cs2,
-                                   percentiles=(self.percentile,))
-                wait[sel] = table[self.wait_column].to_numpy()
-        return wait
+        """Percentile queue wait (s): the closed form of :func:`toolkit.queue_wait`, through its array
+        core (the planner's inputs are valid by construction and it words the high-variance warning
+        itself)."""
+        return _waits(lam, service_s, servers, ca2, self.cs2, (self.percentile,))["waits"][0]
 
 
 def _holds(ev: _Evaluator, idx: np.ndarray, replicas: np.ndarray, key: str) -> np.ndarray:
@@ -369,10 +398,11 @@ def _fewest_replicas(ev: _Evaluator, idx: np.ndarray, lo: np.ndarray, hi: np.nda
     return hi
 
 
-def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray]:
-    """(fewest replicas keeping the queue stable, fewest meeting every SLO), 0 where none up to
-    ``max_replicas`` does. Most candidates meet the SLOs as soon as they are stable, so the SLO
-    search starts there and only the rest are bisected further."""
+def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(fewest replicas keeping the queue stable, fewest meeting every SLO, 0 where none up to
+    ``max_replicas`` does; the evaluation at the fewest stable replicas of the candidates stable at
+    all). Most candidates meet the SLOs as soon as they are stable, so the SLO search starts there
+    and only the rest are bisected further."""
     idx = np.arange(n)
     top = np.full(n, max_replicas)
     stable_top = _holds(ev, idx, top, "capacity")
@@ -381,12 +411,12 @@ def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.n
         ev, idx[stable_top], np.zeros(stable_top.sum(), dtype=int), top[stable_top], "capacity")
     meets = np.zeros(n, dtype=int)
     first = np.flatnonzero(stable > 0)
-    at_stable = _holds(ev, first, stable[first], "meets")
-    meets[first[at_stable]] = stable[first[at_stable]]
-    rest = first[~at_stable & (stable[first] < max_replicas)]
+    at_stable = ev.evaluate(first, stable[first])
+    meets[first[at_stable["meets"]]] = stable[first[at_stable["meets"]]]
+    rest = first[~at_stable["meets"] & (stable[first] < max_replicas)]
     rest = rest[_holds(ev, rest, top[rest], "meets")]
     meets[rest] = _fewest_replicas(ev, rest, stable[rest], top[rest], "meets")
-    return stable, meets
+    return stable, meets, at_stable
 
 
 def _headroom(ev: _Evaluator, at: dict[str, np.ndarray], cost: np.ndarray, budget: float | None) -> np.ndarray:
@@ -507,22 +537,28 @@ def plan(
     budget = None if budget_usd_month is None else check_number(
         "budget_usd_month", budget_usd_month, low=0, low_inclusive=False)
 
+    frozen = (lambda *args: tuple(_freeze(spec) for spec in _specs(*args)))
     grid = _build_grid(
-        _specs("models", models, model_catalog, resolve_model),
-        _specs("gpus", gpus, gpu_catalog, resolve_gpu),
-        _specs("quants", quants, quant_catalog, resolve_quant),
-        _specs("backends", backends, backend_catalog, resolve_backend),
-        tps, prompt, output, hit * prompt, _calibration_key(calibration),
+        frozen("models", models, model_catalog, resolve_model),
+        frozen("gpus", gpus, gpu_catalog, resolve_gpu),
+        frozen("quants", quants, quant_catalog, resolve_quant),
+        frozen("backends", backends, backend_catalog, resolve_backend),
+        tuple(tps), prompt, output, hit * prompt, _calibration_key(calibration), int(_constants()["max_batch_grid"]),
     )
     const = _constants()
     ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]))
     n = grid.batch.size
 
-    stable_at, meeting = _search(ev, n, replicas_max)
+    stable_at, meeting, at = _search(ev, n, replicas_max)
     keep = stable_at > 0
     replicas = np.where(meeting > 0, meeting, stable_at)[keep]
     idx = np.flatnonzero(keep)
-    at = ev.evaluate(idx, replicas)
+    # Only candidates that needed more replicas than the fewest stable are evaluated again.
+    moved = np.flatnonzero(replicas != stable_at[keep])
+    if moved.size:
+        again = ev.evaluate(idx[moved], replicas[moved])
+        for key, value in again.items():
+            at[key][moved] = value
     cfg = grid.cfg[idx]
     hours = const["hours_per_month"]
     cost = grid.gpu_cost_hour[cfg] * replicas * hours
@@ -540,14 +576,10 @@ def plan(
         binding[more] = np.where(capped, grid.cap_reason[idx[more]], broke)
         binding[more] = np.where(within[more], binding[more], "budget")
 
-    configs = pd.DataFrame(grid.rows, columns=["model", "gpu", "quant", "tensor_parallel", "interconnect_gb_s"])
-    quality = np.array([quality_score(r["model"], r["quant"]) for r in grid.rows] or [math.nan])[cfg]
-    out = pd.DataFrame({
-        "model": configs["model"].to_numpy()[cfg],
-        "gpu": configs["gpu"].to_numpy()[cfg],
-        "quant": configs["quant"].to_numpy()[cfg],
+    columns = {name: grid.configs[name][cfg] for name in ("model", "gpu", "quant")}
+    columns.update({
         "backend": grid.backend[idx],
-        "tensor_parallel": configs["tensor_parallel"].to_numpy(dtype=int)[cfg],
+        "tensor_parallel": grid.configs["tensor_parallel"][cfg],
         "replicas": replicas,
         "batch": grid.batch[idx],
         "utilization": at["utilization"],
@@ -556,38 +588,40 @@ def plan(
         f"e2e_p{_percentile_label(pct)}_ms": at["e2e_ms"],
         "cost_usd_month": cost,
         "cost_usd_per_1m_tokens": per_1m,
-        "quality": quality,
+        "quality": grid.configs["quality"][cfg],
         "meets_slo": meets,
         "binding_constraint": binding.astype(str),
     })
-    interconnect = configs["interconnect_gb_s"].to_numpy(dtype=float)[cfg]
-    out["warnings"] = _warnings(out, interconnect, workload, cs2, underestimated, const)
-    order = np.lexsort((out[f"e2e_p{_percentile_label(pct)}_ms"], out["cost_usd_month"], ~out["meets_slo"]))
-    return out.iloc[order].reset_index(drop=True)
+    columns["warnings"] = _warnings(columns, grid.configs["interconnect_gb_s"][cfg], workload, cs2, underestimated,
+                                    const)
+    order = np.lexsort((at["e2e_ms"], cost, ~meets))
+    return pd.DataFrame({name: column[order] for name, column in columns.items()})
 
 
-def _warnings(out: pd.DataFrame, interconnect: np.ndarray, workload: str, cs2: float, underestimated: bool,
+def _warnings(out: dict[str, np.ndarray], interconnect: np.ndarray, workload: str, cs2: float, underestimated: bool,
               const: dict) -> np.ndarray:
-    """One '; '-joined string per row, built column-wise."""
-    text = np.full(len(out), "", dtype=object)
-
-    def add(mask, message):
-        nonlocal text
-        message = np.broadcast_to(np.asarray(message, dtype=object), text.shape)
-        text = np.where(mask, np.where(text == "", message, text + "; " + message), text)
-
-    if underestimated:
-        add(np.ones(len(out), dtype=bool),
-            f"high service-time variance ({workload}, cs2={cs2:g}): the closed-form wait under-estimates the "
-            "tail at this variance (workload_presets()); validate with simulate() or a load test")
-    util = out["utilization"].to_numpy()
-    add(util > const["utilization_warning"],
-        f"utilization above {const['utilization_warning']:g}: little headroom for load spikes")
-    add(out["quality"].isna().to_numpy(), "quality unknown (no published score for this model and format)")
-    pcie = (out["tensor_parallel"].to_numpy() > 1) & (interconnect <= const["pcie_interconnect_gb_s"])
-    add(pcie, "tensor parallel over PCIe: all-reduces are slow without NVLink")
-    add(out["cost_usd_month"].isna().to_numpy(), "price unknown for this GPU")
-    return text
+    """One '; '-joined string per row: each row's set of warnings is coded as a bit pattern, and each
+    pattern that occurs is joined once."""
+    rows = out["utilization"].size
+    util = out["utilization"]
+    pcie = (out["tensor_parallel"] > 1) & (interconnect <= const["pcie_interconnect_gb_s"])
+    checks = [
+        (np.full(rows, underestimated),
+         f"high service-time variance ({workload}, cs2={cs2:g}): the closed-form wait under-estimates the "
+         "tail at this variance (workload_presets()); validate with simulate() or a load test"),
+        (util > const["utilization_warning"],
+         f"utilization above {const['utilization_warning']:g}: little headroom for load spikes"),
+        (np.isnan(out["quality"]), "quality unknown (no published score for this model and format)"),
+        (pcie, "tensor parallel over PCIe: all-reduces are slow without NVLink"),
+        (np.isnan(out["cost_usd_month"]), "price unknown for this GPU"),
+    ]
+    code = np.zeros(rows, dtype=np.int64)
+    for bit, (mask, _) in enumerate(checks):
+        code |= mask.astype(np.int64) << bit
+    patterns, inverse = np.unique(code, return_inverse=True)
+    joined = np.array(["; ".join(message for bit, (_, message) in enumerate(checks) if pattern >> bit & 1)
+                       for pattern in patterns], dtype=object)
+    return joined[inverse] if rows else np.array([], dtype=object)
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:

@@ -49,11 +49,25 @@ def _as_servers(name: str, value: object) -> np.ndarray:
 def _erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     """Erlang C on already-broadcast arrays; 1.0 wherever ``load >= servers``."""
     # Erlang B by its recursion B(k) = a B(k-1) / (k + a B(k-1)), B(0) = 1: every term stays in
-    # [0, 1], so it neither overflows (as a^c / c! does) nor cancels. Each element stops at its own c.
-    b = np.ones(servers.shape)
-    for k in range(1, int(servers.max()) + 1):
-        step = load * b / (k + load * b)
-        b = np.where(k <= servers, step, b)
+    # [0, 1], so it neither overflows (as a^c / c! does) nor cancels. Each element stops at its own
+    # c: sorted by c, step k updates only the tail with c >= k, so the work is the sum of the c's
+    # rather than the number of elements x the largest c. Once that whole tail has underflowed to
+    # exactly 0 (k far above the loads), every later step would leave it 0, so the loop stops.
+    order = np.argsort(servers, axis=None, kind="stable")
+    count = servers.ravel()[order]
+    a = load.ravel()[order]
+    b_sorted = np.ones(count.shape)
+    ab = np.empty(count.shape)
+    top = int(count.max(initial=0))
+    finite = bool(np.isfinite(a).all())  # 0 x inf would not stay 0
+    for k, start in zip(range(1, top + 1), count.searchsorted(np.arange(1, top + 1)).tolist()):
+        np.multiply(a[start:], b_sorted[start:], out=ab[start:])
+        np.divide(ab[start:], ab[start:] + k, out=b_sorted[start:])
+        if k % 16 == 0 and finite and not b_sorted[start:].any():
+            break
+    b = np.empty(count.shape)
+    b[order] = b_sorted
+    b = b.reshape(servers.shape)
     stable = load < servers
     with np.errstate(divide="ignore", invalid="ignore"):
         c = servers * b / (servers - load * (1.0 - b))
@@ -160,6 +174,28 @@ def _tail_warning(cs2: np.ndarray) -> None:
     )
 
 
+def _waits(lam: np.ndarray, svc: np.ndarray, c: np.ndarray, a2: object, s2: object,
+           qs: np.ndarray) -> dict[str, object]:
+    """The closed form behind :func:`queue_wait` on validated arrays (``lam``, ``svc``, ``c`` of one
+    shape; ``a2``, ``s2`` broadcast to it): ``utilization``, ``p_wait``, ``wait_mean_s``, ``stable``
+    and ``waits``, one array per quantile in ``qs``. No validation, warning or DataFrame, for callers
+    that evaluate it many times (the planner)."""
+    load = lam * svc
+    rho = load / c
+    stable = rho < 1.0
+    p_wait = _erlang_c(c, load)
+    factor = (a2 + s2) / 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.where(stable, factor * svc / (c - load), np.inf)  # factor / (c*mu - lambda)
+        wait_mean = np.where(stable, p_wait * theta, np.inf)
+    waits = []
+    for q in qs:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wq = theta * np.log(p_wait / (1.0 - q))
+        waits.append(np.where(stable, np.where(p_wait > 1.0 - q, wq, 0.0), np.inf))
+    return {"utilization": rho, "p_wait": p_wait, "wait_mean_s": wait_mean, "stable": stable, "waits": waits}
+
+
 def queue_wait(
     arrival_rate: object,
     service_time_s: object,
@@ -254,30 +290,10 @@ def queue_wait(
             "arrival_rate, service_time_s, servers, ca2 and cs2 must broadcast to one shape"
         ) from None
     _tail_warning(s2)
-
-    load = lam * svc
-    rho = load / c
-    stable = rho < 1.0
-    p_wait = _erlang_c(c, load)
-    factor = (a2 + s2) / 2.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        theta = np.where(stable, factor * svc / (c - load), np.inf)  # factor / (c*mu - lambda)
-        wait_mean = np.where(stable, p_wait * theta, np.inf)
-    out = {
-        "arrival_rate": lam,
-        "service_time_s": svc,
-        "servers": c,
-        "ca2": a2,
-        "cs2": s2,
-        "utilization": rho,
-        "p_wait": p_wait,
-        "wait_mean_s": wait_mean,
-    }
-    for q, name in zip(qs, names):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wq = theta * np.log(p_wait / (1.0 - q))
-        waits = p_wait > 1.0 - q
-        out[name] = np.where(stable, np.where(waits, wq, 0.0), np.inf)
-    out["stable"] = stable
+    core = _waits(lam, svc, c, a2, s2, qs)
+    out = {"arrival_rate": lam, "service_time_s": svc, "servers": c, "ca2": a2, "cs2": s2}
+    out.update((name, core[name]) for name in ("utilization", "p_wait", "wait_mean_s"))
+    out.update(zip(names, core["waits"]))
+    out["stable"] = core["stable"]
     out["method"] = _method(c, a2, s2)
     return pd.DataFrame(out)
