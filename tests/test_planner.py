@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from scipy.stats import gamma
 
 from toolkit import gpus as gpu_catalog
-from toolkit._planner import compare_with_chimeraforge, plan
+from toolkit._chimeraforge import compare_with_chimeraforge
+from toolkit._planner import plan
 from toolkit._simulator import simulate
 
 REQUEST = dict(prompt_tokens=512, output_tokens=128)

@@ -65,7 +65,7 @@ from toolkit._serving import _calibration_mapping, cost_model
 _CALIBRATED = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
 from toolkit._validate import check_choice, check_int, check_number
 
-__all__ = ["plan", "add_cli", "compare_with_chimeraforge"]
+__all__ = ["plan", "add_cli"]
 
 _CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
 _CONFIG_COLUMNS = {"model": object, "gpu": object, "quant": object, "tensor_parallel": int,
@@ -700,20 +700,3 @@ def _compact(table: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     return out[[c for c in table.columns if c in out.columns]]
 
-
-def compare_with_chimeraforge() -> pd.DataFrame:
-    """The claims of chimeraforge 0.6.0 with our figures: see :mod:`toolkit._chimeraforge`.
-
-    Parameters
-    ----------
-    None
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``claim_id``, ``claim``, ``unit``, ``theirs``, ``reproduced``, ``ours``, ``our_setup``,
-        ``why``, ``source``: one row per claim.
-    """
-    from toolkit._chimeraforge import compare_with_chimeraforge as compare
-
-    return compare()
