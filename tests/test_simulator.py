@@ -12,7 +12,8 @@ import pytest
 import toolkit
 from toolkit import _simulator
 from toolkit._queueing import queue_wait
-from toolkit._simulator import _Linear, compare_wait_models, simulate
+from toolkit._simulator import _Linear, simulate
+from toolkit._wait_check import compare_wait_models
 
 
 class FixedStep:

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "workload_presets": "_queueing",
     "simulate": "_simulator",
     "SimulationResult": "_simulator",
-    "compare_wait_models": "_simulator",
+    "compare_wait_models": "_wait_check",
     # planner
     "plan": "_planner",
     "pareto": "_pareto",

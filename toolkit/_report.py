@@ -345,7 +345,7 @@ def _accuracy_section(run: _Run, out: Path) -> _Section:
 
 def _queueing_section(out: Path) -> _Section:
     from toolkit._queueing import queue_wait, workload_presets
-    from toolkit._simulator import compare_wait_models
+    from toolkit._wait_check import compare_wait_models
 
     presets = workload_presets()
     with warnings.catch_warnings():  # the tail warning is what this section shows, in numbers
