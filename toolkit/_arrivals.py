@@ -1,10 +1,18 @@
-"""Arrival times for open-loop sweep levels: Poisson or gamma-distributed gaps."""
+"""Open-loop arrivals, Poisson or gamma-distributed gaps: for the simulator and for sweep levels."""
 
 from __future__ import annotations
 
 import numpy as np
 
 ARRIVALS = ("poisson", "gamma")
+
+
+def inter_arrival_gaps_s(rng: np.random.Generator, n: int, rate_rps: float, *, arrival: str, cv2: float) -> np.ndarray:
+    """``n`` gaps (s) between arrivals at mean rate ``rate_rps``: exponential (``poisson``) or gamma
+    with squared coefficient of variation ``cv2`` (shape ``1/cv2``, scale ``cv2 / rate_rps``)."""
+    if arrival == "poisson":
+        return rng.exponential(1.0 / rate_rps, n)
+    return rng.gamma(1.0 / cv2, cv2 / rate_rps, n)
 
 
 def arrival_offsets_s(n: int, rate_rps: float, *, arrival: str, cv: float, seed: int) -> np.ndarray:
@@ -14,9 +22,5 @@ def arrival_offsets_s(n: int, rate_rps: float, *, arrival: str, cv: float, seed:
     coefficient of variation ``cv`` (shape ``1/cv**2``, scale ``cv**2 / rate_rps``; ``cv=1`` is
     Poisson, smaller is more regular, larger is burstier). ``seed`` makes the schedule repeatable.
     """
-    rng = np.random.default_rng(seed)
-    if arrival == "poisson":
-        gaps = rng.exponential(1.0 / rate_rps, size=n)
-    else:
-        gaps = rng.gamma(1.0 / cv**2, cv**2 / rate_rps, size=n)
+    gaps = inter_arrival_gaps_s(np.random.default_rng(seed), n, rate_rps, arrival=arrival, cv2=cv**2)
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if n else np.zeros(0)

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from toolkit._arrivals import ARRIVALS, inter_arrival_gaps_s
 from toolkit._serving import MAX_BATCH, MAX_TOKENS, cost_model
 from toolkit._validate import check_choice, check_int, check_number
 
 __all__ = ["SimulationResult", "simulate"]
 
 _ROUTING = ("round_robin", "least_loaded", "shared_queue")
-_ARRIVALS = ("poisson", "gamma")
 _METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 _IDLE, _WAKE, _STEP, _RUN = range(4)
 # Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
@@ -546,7 +546,7 @@ def _load(
     given = [x is not None for x in (arrival_rate, concurrency, trace)]
     if sum(given) != 1:
         raise ValueError("give exactly one of arrival_rate (open loop), concurrency (closed loop) or trace")
-    check_choice("arrivals", arrivals, _ARRIVALS)
+    check_choice("arrivals", arrivals, ARRIVALS)
     burst = check_number("burstiness", burstiness, low=0, low_inclusive=False)
     if arrivals == "poisson" and burst != 1.0:
         raise ValueError("burstiness applies to arrivals='gamma' only (Poisson inter-arrivals have cv^2 = 1)")
@@ -558,11 +558,7 @@ def _load(
     n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
     if arrival_rate is not None:
         rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
-        if arrivals == "poisson":
-            gaps = rng.exponential(1.0 / rate, n)
-        else:
-            gaps = rng.gamma(1.0 / burst, burst / rate, n)
-        arrival = np.cumsum(gaps)
+        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrival=arrivals, cv2=burst))
     else:
         check_int("concurrency", concurrency, low=1)
         arrival = None
