@@ -29,6 +29,8 @@ report: $(STAMP)
 	$(PY) -m toolkit report
 
 test: $(STAMP) chromium
+	$(VENV)/bin/ruff check toolkit tests
+	$(VENV)/bin/ruff format --check toolkit tests
 	$(PY) -m pytest
 
 bench: $(STAMP)

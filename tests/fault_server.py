@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -374,8 +374,12 @@ class _Handler(BaseHTTPRequestHandler):
 
         def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> dict:
             choices = [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish}]
-            out = {"id": f"chatcmpl-{rec['n']}", "object": "chat.completion.chunk", "model": "fault-model",
-                   "choices": choices}
+            out = {
+                "id": f"chatcmpl-{rec['n']}",
+                "object": "chat.completion.chunk",
+                "model": "fault-model",
+                "choices": choices,
+            }
             if usage is not None:
                 out["usage"] = usage
             return out

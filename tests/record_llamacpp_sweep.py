@@ -26,8 +26,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import toolkit  # noqa: E402
-from toolkit._llama_server import server_version  # noqa: E402
-from toolkit._sweep_prompts import lane_prompts  # noqa: E402
+from toolkit._sweep.llama_server import server_version  # noqa: E402
+from toolkit._sweep.prompts import lane_prompts  # noqa: E402
 
 LANES, LIMITS, MAX_TOKENS, PARALLEL = 8, (1, 2, 4, 8), 128, 8
 STEM = "llamacpp_sweep_gemma3_270m"
@@ -43,8 +43,16 @@ def main() -> None:
     with toolkit.LlamaServer(parallel=PARALLEL) as server:
         command = " ".join(Path(a).name if a.startswith("/") else a for a in server.command())
         busy0, ours0, wall0 = _busy_cpu_s(), _process_cpu_s(server._proc.pid), time.perf_counter()
-        result = toolkit.run_sweep(server.base_url, None, prompts, limits=LIMITS, max_tokens=MAX_TOKENS,
-                                   system_prompt=system, extra_body={"temperature": 0.0}, out_dir=raw)  # fmt: skip
+        result = toolkit.run_sweep(
+            server.base_url,
+            None,
+            prompts,
+            limits=LIMITS,
+            max_tokens=MAX_TOKENS,
+            system_prompt=system,
+            extra_body={"temperature": 0.0},
+            out_dir=raw,
+        )
         busy, ours = _busy_cpu_s() - busy0, _process_cpu_s(server._proc.pid) - ours0
         wall = time.perf_counter() - wall0
     load_after = os.getloadavg()
@@ -72,13 +80,13 @@ def main() -> None:
         "limits": " ".join(map(str, LIMITS)),
         "max_tokens": MAX_TOKENS,
         "temperature": 0.0,
-        "prompts": "toolkit._sweep_prompts.lane_prompts(8): shared system prompt, per-lane strategy hint last",
+        "prompts": "toolkit._sweep.prompts.lane_prompts(8): shared system prompt, per-lane strategy hint last",
         "tag_levels": True,
         "toolkit_version": toolkit.__version__,
     }
     cond = pd.DataFrame({"key": list(conditions), "value": [str(v) for v in conditions.values()]})
     cond["source"] = source
-    data = ROOT / "data"
+    data = ROOT / "toolkit" / "_data"
     levels.to_csv(data / f"{STEM}_levels.csv", index=False)
     lanes.to_csv(data / f"{STEM}_lanes.csv", index=False)
     cond.to_csv(data / f"{STEM}_conditions.csv", index=False)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -160,8 +161,14 @@ class StreamingServer:
         finally:
             writer.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, status: int, text: str, ctype: str = "application/json",
-                    extra: dict[str, str] | None = None) -> None:  # fmt: skip
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        text: str,
+        ctype: str = "application/json",
+        extra: dict[str, str] | None = None,
+    ) -> None:
         data = text.encode()
         head = [f"HTTP/1.1 {status} X", f"Content-Type: {ctype}", f"Content-Length: {len(data)}", "Connection: close"]
         head += [f"{k}: {v}" for k, v in (extra or {}).items()]
@@ -204,13 +211,20 @@ class StreamingServer:
             await asyncio.sleep(script.usage_delay_s)
         n = len(script.tokens)
         if script.usage:
-            usage: dict[str, Any] = {"completion_tokens": n, "prompt_tokens": script.prompt_tokens,
-                                     "total_tokens": n + script.prompt_tokens}  # fmt: skip
+            usage: dict[str, Any] = {
+                "completion_tokens": n,
+                "prompt_tokens": script.prompt_tokens,
+                "total_tokens": n + script.prompt_tokens,
+            }
             if script.cached_tokens is not None:
                 usage["prompt_tokens_details"] = {"cached_tokens": script.cached_tokens}
-            timings = {"predicted_n": n, "predicted_ms": n * script.itl_s * 1000,
-                       "predicted_per_token_ms": script.itl_s * 1000, "prompt_n": script.prompt_tokens,
-                       "cache_n": script.cached_tokens or 0}  # fmt: skip
+            timings = {
+                "predicted_n": n,
+                "predicted_ms": n * script.itl_s * 1000,
+                "predicted_per_token_ms": script.itl_s * 1000,
+                "prompt_n": script.prompt_tokens,
+                "cache_n": script.cached_tokens or 0,
+            }
             writer.write(event(usage={"usage": usage, "timings": timings}))
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
@@ -223,8 +237,11 @@ class StreamingServer:
         """The /metrics page: llama.cpp's names and types."""
         with self._lock:
             c = dict(self.counters)
-        rows = [("llamacpp:prompt_tokens_total", c["prompt"]), ("llamacpp:prompt_tokens_cached_total", c["cached"]),
-                ("llamacpp:tokens_predicted_total", c["predicted"])]  # fmt: skip
+        rows = [
+            ("llamacpp:prompt_tokens_total", c["prompt"]),
+            ("llamacpp:prompt_tokens_cached_total", c["cached"]),
+            ("llamacpp:tokens_predicted_total", c["predicted"]),
+        ]
         return "".join(f"# TYPE {name} counter\n{name} {value}\n" for name, value in rows)
 
 

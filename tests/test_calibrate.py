@@ -1,4 +1,4 @@
-"""Calibration: the host as a device, the fit, the accuracy tables, the reference explanations."""
+"""Calibration: the host as a gpu, the fit, the accuracy tables, the reference explanations."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit import _closed_loop, _reference_check
-from toolkit._calibrate import accuracy, calibrate
-from toolkit._data import DATA_DIR, load_csv
-from toolkit._predict import predict_sweep
-from toolkit._serving import batching_curve, cost_model, efficiency_defaults, ttft_ms
-from toolkit._simulator import simulate
+from toolkit._calibration.calibrate import accuracy, calibrate
+from toolkit._calibration.predict import predict_sweep
+from toolkit._data import has_data, load_csv
+from toolkit._model.serving import batching_curve, cost_model, efficiency_defaults, ttft_ms
+from toolkit._queueing.simulator import simulate
+from toolkit._validation import closed_loop as _closed_loop
+from toolkit._validation import reference_check as _reference_check
 
 FIELDS = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
 
@@ -83,12 +84,19 @@ def _synthetic_lanes(truth: dict, seed: int, noise: float = 0.03) -> pd.DataFram
                     others, others * context, new[lane], cached[lane]
                 )
             ttft += cm.request_overhead_ms
-            rows.append({
-                "in_flight": limit, "lane": lane, "attempt": 1, "outcome": "ok",
-                "ttft_ms": ttft * (1 + noise * rng.standard_normal()),
-                "tpot_ms": tpot * (1 + noise * rng.standard_normal()),
-                "prompt_tokens": prompt[lane], "cached_tokens": cached[lane], "output_tokens": output[lane],
-            })
+            rows.append(
+                {
+                    "in_flight": limit,
+                    "lane": lane,
+                    "attempt": 1,
+                    "outcome": "ok",
+                    "ttft_ms": ttft * (1 + noise * rng.standard_normal()),
+                    "tpot_ms": tpot * (1 + noise * rng.standard_normal()),
+                    "prompt_tokens": prompt[lane],
+                    "cached_tokens": cached[lane],
+                    "output_tokens": output[lane],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -130,11 +138,8 @@ def test_calibration_row_is_accepted_by_the_serving_model():
     explicit = cost_model("Llama-3.1-8B", "H100 SXM", "bf16", **{k: fitted[k].iloc[0] for k in FIELDS})
     curve = batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1000, batch_sizes=[1, 16], calibration=fitted)
     assert curve["step_ms"].tolist() == pytest.approx([explicit.step_ms(1, 1000), explicit.step_ms(16, 16000)])
-    assert ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", 500, calibration=fitted) == pytest.approx(
-        explicit.ttft_ms(500)
-    )
-    sim = simulate("Llama-3.1-8B", "H100 SXM", "bf16", 100, 10, 1, concurrency=1, calibration=fitted,
-                   warmup_fraction=0)
+    assert ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", 500, calibration=fitted) == pytest.approx(explicit.ttft_ms(500))
+    sim = simulate("Llama-3.1-8B", "H100 SXM", "bf16", 100, 10, 1, concurrency=1, calibration=fitted, warmup_fraction=0)
     assert sim.config["request_overhead_ms"] == pytest.approx(fitted["request_overhead_ms"].iloc[0])
 
 
@@ -161,10 +166,17 @@ def test_calibrate_rejects_frames_without_measurements():
 
 
 def test_accuracy_relative_errors_by_hand():
-    predicted = pd.DataFrame({"in_flight": [1, 2], "dec_tok_s": [110.0, 150.0], "ttft_p50_ms": [50.0, 90.0],
-                              "tpot_p50_ms": [10.0, 12.0]})
-    measured = pd.DataFrame({"in_flight": [1, 2, 4], "dec_tok_s": [100.0, 200.0, 300.0],
-                             "ttft_p50_ms": [40.0, 100.0, 1.0], "tpot_p50_ms": [8.0, 0.0, 1.0]})
+    predicted = pd.DataFrame(
+        {"in_flight": [1, 2], "dec_tok_s": [110.0, 150.0], "ttft_p50_ms": [50.0, 90.0], "tpot_p50_ms": [10.0, 12.0]}
+    )
+    measured = pd.DataFrame(
+        {
+            "in_flight": [1, 2, 4],
+            "dec_tok_s": [100.0, 200.0, 300.0],
+            "ttft_p50_ms": [40.0, 100.0, 1.0],
+            "tpot_p50_ms": [8.0, 0.0, 1.0],
+        }
+    )
     table = accuracy(predicted, measured).set_index(["metric", "in_flight"])
     assert len(table) == 6  # level 4 is not predicted
     assert table.loc[("dec_tok_s", 1), "rel_err"] == pytest.approx(0.10)  # (110 - 100) / 100
@@ -208,31 +220,63 @@ def _simulated_run(truth: dict, host: pd.DataFrame) -> tuple[pd.DataFrame, pd.Da
     for limit in (1, 2, 4, 8):
         prompt = rng.integers(40, 80, 8)
         out = np.full(8, 64)
-        req = simulate(None, None, None, lambda g, n: prompt, lambda g, n: out, 8, concurrency=limit,
-                       cost=cm, warmup_fraction=0, max_batch=8).requests
+        req = simulate(
+            None,
+            None,
+            None,
+            lambda g, n: prompt,
+            lambda g, n: out,
+            8,
+            concurrency=limit,
+            cost=cm,
+            warmup_fraction=0,
+            max_batch=8,
+        ).requests
         ttft = req["ttft_s"].to_numpy() * 1e3 * (1 + 0.03 * rng.standard_normal(8))
         tpot = req["tpot_s"].to_numpy() * 1e3 * (1 + 0.03 * rng.standard_normal(8))
         e2e = ttft + tpot * (out - 1)
         start = req["arrival_s"].to_numpy()
-        lanes.append(pd.DataFrame({
-            "in_flight": limit, "lane": range(8), "attempt": 1, "outcome": "ok", "ttft_ms": ttft,
-            "tpot_ms": tpot, "e2e_ms": e2e, "llm_s": e2e / 1e3, "output_tokens": out, "prompt_tokens": prompt,
-            "cached_tokens": 0, "start_s": start, "end_s": start + e2e / 1e3,
-        }))
+        lanes.append(
+            pd.DataFrame(
+                {
+                    "in_flight": limit,
+                    "lane": range(8),
+                    "attempt": 1,
+                    "outcome": "ok",
+                    "ttft_ms": ttft,
+                    "tpot_ms": tpot,
+                    "e2e_ms": e2e,
+                    "llm_s": e2e / 1e3,
+                    "output_tokens": out,
+                    "prompt_tokens": prompt,
+                    "cached_tokens": 0,
+                    "start_s": start,
+                    "end_s": start + e2e / 1e3,
+                }
+            )
+        )
         wall = float((start + e2e / 1e3).max())
-        levels.append({
-            "in_flight": limit, "lanes": 8, "wall_s": wall, "llm_sum_s": e2e.sum() / 1e3,
-            "achieved_concurrency": e2e.sum() / 1e3 / wall, "prompt_tokens": prompt.sum(),
-            "output_tokens": out.sum(), "dec_tok_s": out.sum() / wall, "ttft_p50_ms": np.median(ttft),
-            "tpot_p50_ms": np.median(tpot),
-        })
+        levels.append(
+            {
+                "in_flight": limit,
+                "lanes": 8,
+                "wall_s": wall,
+                "llm_sum_s": e2e.sum() / 1e3,
+                "achieved_concurrency": e2e.sum() / 1e3 / wall,
+                "prompt_tokens": prompt.sum(),
+                "output_tokens": out.sum(),
+                "dec_tok_s": out.sum() / wall,
+                "ttft_p50_ms": np.median(ttft),
+                "tpot_p50_ms": np.median(tpot),
+            }
+        )
     return pd.concat(lanes, ignore_index=True), pd.DataFrame(levels)
 
 
 def test_calibrating_on_half_the_levels_predicts_the_other_half():
     host = load_csv("host_llamacpp_sweep.csv")
     truth = {"mbu": 0.5, "mfu": 0.06, "step_overhead_ms": 2.0, "request_overhead_ms": 20.0}
-    table = _closed_loop.llamacpp_closed_loop_check(_simulated_run(truth, host), device=host)
+    table = _closed_loop.llamacpp_closed_loop_check(_simulated_run(truth, host), gpu=host)
     calibrated = table[table["calibration"] != "none"]
     assert set(calibrated["split"]) == {"fit", "holdout"}
     assert set(calibrated["metric"]) == {"dec_tok_s", "ttft_ms", "tpot_ms"}
@@ -243,7 +287,7 @@ def test_calibrating_on_half_the_levels_predicts_the_other_half():
 
 
 @pytest.mark.skipif(
-    not (DATA_DIR / _closed_loop.RECORDED_LEVELS).exists(), reason="recorded llama-server run not in data/ yet"
+    not has_data(_closed_loop.RECORDED_LEVELS), reason="recorded llama-server run not in the package data yet"
 )
 def test_accuracy_table_for_the_recorded_llama_server_run():
     table = _closed_loop.llamacpp_closed_loop_check()
@@ -255,8 +299,9 @@ def test_accuracy_table_for_the_recorded_llama_server_run():
     print("\n" + summary.to_string())  # the achieved errors, shown with pytest -s
     assert np.isfinite(summary["median_abs_rel_err"]).all()
     # calibrating on limits 1 and 4 must bring every metric of the held-out levels 2 and 8 closer
-    holdout = summary[summary["split"] == "holdout"].pivot(index="metric", columns="calibration",
-                                                           values="median_abs_rel_err")
+    holdout = summary[summary["split"] == "holdout"].pivot(
+        index="metric", columns="calibration", values="median_abs_rel_err"
+    )
     assert (holdout["fitted on limits 1,4"] < holdout["none"]).all()
 
 

@@ -8,15 +8,36 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit._catalog import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 
 REQUIRED_GPUS = [
-    "T4", "L4", "A10G", "L40S", "A100 40GB", "A100 80GB", "H100 SXM", "H100 PCIe", "H200", "B200",
-    "RTX 3090", "RTX 4090", "RTX PRO 6000 Blackwell", "MI300X",
+    "T4",
+    "L4",
+    "A10G",
+    "L40S",
+    "A100 40GB",
+    "A100 80GB",
+    "H100 SXM",
+    "H100 PCIe",
+    "H200",
+    "B200",
+    "RTX 3090",
+    "RTX 4090",
+    "RTX PRO 6000 Blackwell",
+    "MI300X",
 ]
 REQUIRED_MODELS = [
-    "Llama-2-7B", "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.2-1B", "Llama-3.2-3B", "Qwen2.5-7B",
-    "Qwen2.5-14B", "Qwen2.5-32B", "Mistral-7B", "Gemma-3-270M", "Mixtral-8x7B",
+    "Llama-2-7B",
+    "Llama-3.1-8B",
+    "Llama-3.1-70B",
+    "Llama-3.2-1B",
+    "Llama-3.2-3B",
+    "Qwen2.5-7B",
+    "Qwen2.5-14B",
+    "Qwen2.5-32B",
+    "Mistral-7B",
+    "Gemma-3-270M",
+    "Mixtral-8x7B",
 ]
 REQUIRED_QUANTS = ["fp16", "bf16", "fp8", "int8", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "int4", "awq"]
 

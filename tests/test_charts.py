@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit import _charts
 from toolkit._data import load_csv
+from toolkit._report import charts as _charts
 
 
 def _units(spec: dict) -> list[dict]:
@@ -103,9 +103,7 @@ def test_decode_chart_is_one_hue_columns_from_zero_with_only_end_labels(own_run)
 
 
 def test_decode_chart_puts_the_reference_run_beside_with_its_own_scale(own_run, reference):
-    spec = _charts.decode_throughput_chart(
-        own_run, reference, label="llama-server", reference_label="vLLM"
-    ).to_dict()
+    spec = _charts.decode_throughput_chart(own_run, reference, label="llama-server", reference_label="vLLM").to_dict()
     assert len(spec["hconcat"]) == 2
     assert spec["resolve"]["scale"]["y"] == "independent"
     assert [p["title"] for p in spec["hconcat"]] == ["llama-server", "vLLM"]

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_server import FaultServer
 
 import toolkit
-from fault_server import FaultServer
 
 ROOT = Path(__file__).resolve().parent.parent
 STALL = "[[fault:stall_mid*1]]"
@@ -114,9 +114,17 @@ def test_sigkill_mid_level_keeps_every_finished_lane_and_resume_runs_only_the_re
 
     before = len(server.chat_requests())
     result = toolkit.run_sweep(
-        server.base_url, "fault-model", PROMPTS, limits=(2,), max_tokens=8, tag_levels=False,
-        timeout_s=10, out_dir=out, resume=True, progress=False,
-    )  # fmt: skip
+        server.base_url,
+        "fault-model",
+        PROMPTS,
+        limits=(2,),
+        max_tokens=8,
+        tag_levels=False,
+        timeout_s=10,
+        out_dir=out,
+        resume=True,
+        progress=False,
+    )
     rerun = server.chat_requests()[before:]
     assert sorted(PROMPTS.index(r["prompt"]) for r in rerun) == [3, 4, 5]  # only the unfinished lanes
     final = result.lanes[result.lanes["final"].astype(bool)]
@@ -149,9 +157,17 @@ def test_sigint_stops_cleanly_after_writing_what_it_has(server, tmp_path):
 
     before = len(server.chat_requests())
     result = toolkit.run_sweep(
-        server.base_url, "fault-model", PROMPTS, limits=(2,), max_tokens=8, tag_levels=False,
-        timeout_s=10, out_dir=out, resume=True, progress=False,
-    )  # fmt: skip
+        server.base_url,
+        "fault-model",
+        PROMPTS,
+        limits=(2,),
+        max_tokens=8,
+        tag_levels=False,
+        timeout_s=10,
+        out_dir=out,
+        resume=True,
+        progress=False,
+    )
     rerun = server.chat_requests()[before:]
     assert sorted(PROMPTS.index(r["prompt"]) for r in rerun) == [3, 4, 5]
     final = result.lanes[result.lanes["final"].astype(bool)]
@@ -177,4 +193,3 @@ def test_resume_refuses_a_folder_holding_a_different_sweep(server, tmp_path):
         toolkit.run_sweep(server.base_url, "fault-model", PROMPTS[:3], resume=True, **kwargs)
     with pytest.raises(ValueError, match="already holds a sweep"):
         toolkit.run_sweep(server.base_url, "fault-model", PROMPTS[:2], **kwargs)
-

@@ -15,9 +15,9 @@ import warnings
 import httpx
 import pandas as pd
 import pytest
+from fault_server import FaultServer
 
 import toolkit
-from fault_server import FaultServer
 
 TOKENS = 5
 PROMPT_WORDS = 5
@@ -216,9 +216,17 @@ def test_the_total_deadline_stops_a_stalled_sweep_and_records_the_lanes_in_fligh
         prompts = [f"[[fault:stall_mid]] {p}" for p in PROMPTS]
         with pytest.warns(RuntimeWarning, match="stopped early"):
             result = toolkit.run_sweep(
-                server.base_url, "fault-model", prompts, limits=(2, 4), max_tokens=16, tag_levels=False,
-                timeout_s=60, deadline_s=1.0, progress=False, out_dir=tmp_path / "sweep",
-            )  # fmt: skip
+                server.base_url,
+                "fault-model",
+                prompts,
+                limits=(2, 4),
+                max_tokens=16,
+                tag_levels=False,
+                timeout_s=60,
+                deadline_s=1.0,
+                progress=False,
+                out_dir=tmp_path / "sweep",
+            )
     assert "deadline" in result.stopped
     # the two lanes in flight at the deadline are recorded as cancelled errors; nothing else started
     assert sorted(result.lanes["lane"]) == [0, 1]

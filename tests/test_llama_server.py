@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 import toolkit
-from toolkit._llama_server import binary_path
-from toolkit._sweep_prompts import lane_prompts
+from toolkit._sweep.llama_server import binary_path
+from toolkit._sweep.prompts import lane_prompts
 
 LIMITS = (1, 2, 4, 8)
 MAX_TOKENS = 32
@@ -25,9 +25,16 @@ def measured(llama_server):
     system, prompts = lane_prompts(8)
     before = toolkit.scrape_metrics(llama_server.metrics_url)
     result = toolkit.run_sweep(
-        llama_server.base_url, None, prompts, limits=LIMITS, max_tokens=MAX_TOKENS, system_prompt=system,
-        extra_body={"temperature": 0.0}, progress=False, timeout_s=300,
-    )  # fmt: skip
+        llama_server.base_url,
+        None,
+        prompts,
+        limits=LIMITS,
+        max_tokens=MAX_TOKENS,
+        system_prompt=system,
+        extra_body={"temperature": 0.0},
+        progress=False,
+        timeout_s=300,
+    )
     after = toolkit.scrape_metrics(llama_server.metrics_url)
     delta = after.set_index("name")["value"] - before.set_index("name")["value"]
     return result, delta
@@ -53,7 +60,9 @@ def test_output_tokens_equal_the_servers_counter(measured):
 def test_prefix_hit_rate_equals_the_counter_delta(measured):
     result, delta = measured
     # per level: the /metrics delta and the per-request usage figures are two independent sources
-    assert result.levels["prefix_hit_rate"].to_numpy() == pytest.approx(result.levels["provider_cached_rate"].to_numpy())
+    assert result.levels["prefix_hit_rate"].to_numpy() == pytest.approx(
+        result.levels["provider_cached_rate"].to_numpy()
+    )
     cached, processed = delta["llamacpp:prompt_tokens_cached_total"], delta["llamacpp:prompt_tokens_total"]
     lanes = result.lanes
     assert cached / (cached + processed) == pytest.approx(lanes["cached_tokens"].sum() / lanes["prompt_tokens"].sum())

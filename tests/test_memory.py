@@ -117,10 +117,13 @@ def test_chimeraforge_assumptions_reproduce_their_89():
     # params 3.21 x 1.10 at 4.5 bpw, 24 GiB usable x 0.9 = 23.193 GB, no reservation, no activation.
     # (23.193 - 1.9862) / 0.23488 = 90.29 -> 90; they get 89 because they subtract decimal GB of
     # weights from GiB of VRAM (21.6 - 1.986) / 0.21875 GiB = 89.7. So the unit mix costs them one sequence.
-    model = {**toolkit.models().query("name == 'Llama-3.2-3B'").iloc[0].to_dict(), "params_b": 3.21 * 1.10,
-             "active_params_b": 3.21 * 1.10}
+    model = {
+        **toolkit.models().query("name == 'Llama-3.2-3B'").iloc[0].to_dict(),
+        "params_b": 3.21 * 1.10,
+        "active_params_b": 3.21 * 1.10,
+    }
     quant = {"name": "Q4_K_M@4.5", "bits_per_weight": 4.5}
-    row = toolkit.memory(model, "RTX 4090", quant, 2048, reserved_gb=0, max_batched_tokens=1).iloc[0]
+    row = toolkit.memory(model, "RTX 4090", quant, 2048, reserved_gb=0, max_num_batched_tokens=1).iloc[0]
     # activation of one token is 55 kB: negligible
     assert row["max_concurrent_seqs"] == 90
 
@@ -130,8 +133,15 @@ def test_chimeraforge_assumptions_reproduce_their_89():
 
 def test_memory_columns_units_and_fit():
     df = toolkit.memory("Llama-3.1-70B", "H100 SXM", "bf16", context_tokens=4096)
-    for col in ["weights_gb", "kv_gb_per_seq", "activation_gb", "reserved_gb", "kv_budget_tokens",
-                "max_concurrent_seqs", "fits"]:
+    for col in [
+        "weights_gb",
+        "kv_gb_per_seq",
+        "activation_gb",
+        "reserved_gb",
+        "kv_budget_tokens",
+        "max_concurrent_seqs",
+        "fits",
+    ]:
         assert col in df.columns
     row = df.iloc[0]
     # 70.5537e9 x 2 B = 141.1 GB of weights > 77.3 GB usable: does not fit on one GPU

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from streaming_server import StreamingServer
 
 import toolkit
-from toolkit._metrics import delta, parse_snapshot
-
-from streaming_server import StreamingServer
+from toolkit._sweep.metrics import delta, parse_snapshot
 
 VLLM = """# TYPE vllm:prefix_cache_queries counter
 vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {q0}
@@ -64,7 +63,10 @@ def test_vllm_deprecated_names_are_read_and_a_missing_token_counter_is_explained
 
 
 def test_a_cold_servers_zero_is_a_valid_baseline():
-    d = delta(parse_snapshot(VLLM.format(q0=0, q1=0, h0=0, h1=0, g=0)), parse_snapshot(VLLM.format(q0=40, q1=0, h0=30, h1=0, g=5)))
+    d = delta(
+        parse_snapshot(VLLM.format(q0=0, q1=0, h0=0, h1=0, g=0)),
+        parse_snapshot(VLLM.format(q0=40, q1=0, h0=30, h1=0, g=5)),
+    )
     assert d.prefix_hit_rate == pytest.approx(0.75)
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit._pareto import pareto
+from toolkit._planning.pareto import pareto
 
 MIN = ("cost_usd_month", "e2e_p95_ms")
 MAX = ("quality",)
@@ -106,7 +106,7 @@ def test_block_evaluation_matches_one_block(monkeypatch):
     rng = np.random.default_rng(1)
     df = pd.DataFrame(rng.integers(0, 30, size=(300, 3)).astype(float), columns=[*MIN, *MAX])
     whole = pareto(df)
-    import toolkit._pareto as mod
+    import toolkit._planning.pareto as mod
 
     monkeypatch.setattr(mod, "_BLOCK_ELEMENTS", 7)  # forces blocks of a single row
     pd.testing.assert_frame_equal(pareto(df), whole)

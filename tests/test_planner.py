@@ -13,17 +13,37 @@ from hypothesis import strategies as st
 from scipy.stats import gamma
 
 from toolkit import gpus as gpu_catalog
-from toolkit._chimeraforge import compare_with_chimeraforge
-from toolkit._planner import plan
-from toolkit._simulator import simulate
+from toolkit._planning.planner import plan
+from toolkit._queueing.simulator import simulate
+from toolkit._validation.chimeraforge import compare_with_chimeraforge
 
 REQUEST = dict(prompt_tokens=512, output_tokens=128)
-SMALL = dict(models=["Mistral-7B", "Llama-3.1-8B"], gpus=["RTX 4090", "L4"], quants=["q4_k_m", "fp16", "fp8"],
-             tensor_parallel=(1, 2))
+SMALL = dict(
+    models=["Mistral-7B", "Llama-3.1-8B"],
+    gpus=["RTX 4090", "L4"],
+    quants=["q4_k_m", "fp16", "fp8"],
+    tensor_parallel=(1, 2),
+)
 CONFIG = ["model", "gpu", "quant", "backend", "tensor_parallel", "batch"]
-COLUMNS = ["model", "gpu", "quant", "backend", "tensor_parallel", "replicas", "batch", "utilization", "ttft_ms",
-           "tpot_ms", "e2e_p95_ms", "cost_usd_month", "cost_usd_per_1m_tokens", "quality", "meets_slo",
-           "binding_constraint", "warnings"]
+COLUMNS = [
+    "model",
+    "gpu",
+    "quant",
+    "backend",
+    "tensor_parallel",
+    "replicas",
+    "batch",
+    "utilization",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_p95_ms",
+    "cost_usd_month",
+    "cost_usd_per_1m_tokens",
+    "quality",
+    "meets_slo",
+    "binding_constraint",
+    "warnings",
+]
 
 
 def _length_factor(workload: str, percentile: float) -> float:
@@ -43,6 +63,7 @@ def _price(gpu: str) -> float:
 
 # --- the seed's headline -------------------------------------------------------------------------
 
+
 def test_headline_single_stream_needs_several_gpus_continuous_batching_one():
     # Hand arithmetic (data/models.csv, gpus.csv, quantizations.csv, efficiency.csv):
     # Mistral-7B q4_k_m weighs 7.24e9 x 4.89 bits / 8 = 4.43 GB. An RTX 4090 reads it at 70% of
@@ -57,8 +78,15 @@ def test_headline_single_stream_needs_several_gpus_continuous_batching_one():
     # busy on ONE GPU (rho ~ 0.4). Even if every other request's 0.09 s prefill (3 per second)
     # paused decoding, steps stretch by 1 / (1 - 0.27) to ~10.4 ms: e2e ~ 0.1 + 128 x 10.4 ms = 1.4 s,
     # far inside the 5 s SLO. (The seed's own figures: Ollama 5 GPUs, vLLM 1 GPU at batch 8.)
-    question = dict(request_rate=3, **REQUEST, slo_e2e_ms=5000, models="Mistral-7B", gpus="RTX 4090",
-                    quants="q4_k_m", workload="steady")
+    question = dict(
+        request_rate=3,
+        **REQUEST,
+        slo_e2e_ms=5000,
+        models="Mistral-7B",
+        gpus="RTX 4090",
+        quants="q4_k_m",
+        workload="steady",
+    )
     ollama = plan(**question, backends="ollama")
     vllm = plan(**question, backends="vllm")
     ollama_best = ollama[ollama["meets_slo"]].iloc[0]
@@ -74,8 +102,15 @@ def test_headline_single_stream_needs_several_gpus_continuous_batching_one():
 
 
 def test_headline_holds_for_chatbot_traffic_too():
-    question = dict(request_rate=3, **REQUEST, slo_e2e_ms=5000, models="Mistral-7B", gpus="RTX 4090",
-                    quants="q4_k_m", tensor_parallel=1)
+    question = dict(
+        request_rate=3,
+        **REQUEST,
+        slo_e2e_ms=5000,
+        models="Mistral-7B",
+        gpus="RTX 4090",
+        quants="q4_k_m",
+        tensor_parallel=1,
+    )
     table = plan(**question, backends=["ollama", "vllm"])
     met = table[table["meets_slo"]]
     assert met[met["backend"] == "ollama"]["replicas"].min() >= 3
@@ -84,6 +119,7 @@ def test_headline_holds_for_chatbot_traffic_too():
 
 
 # --- every row that meets the SLOs does, by its own columns ---------------------------------------
+
 
 @settings(max_examples=25, deadline=None)
 @given(
@@ -95,10 +131,21 @@ def test_headline_holds_for_chatbot_traffic_too():
     workload=st.sampled_from(["steady", "chatbot", "bursty", "agent"]),
     percentile=st.sampled_from([0.5, 0.9, 0.95, 0.99]),
 )
-def test_rows_meeting_slo_satisfy_every_slo_from_their_own_columns(rate, slo_ttft, slo_tpot, slo_e2e, budget,
-                                                                   workload, percentile):
-    table = plan(rate, **REQUEST, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot, slo_e2e_ms=slo_e2e,
-                 percentile=percentile, workload=workload, budget_usd_month=budget, max_replicas=16, **SMALL)
+def test_rows_meeting_slo_satisfy_every_slo_from_their_own_columns(
+    rate, slo_ttft, slo_tpot, slo_e2e, budget, workload, percentile
+):
+    table = plan(
+        rate,
+        **REQUEST,
+        slo_ttft_ms=slo_ttft,
+        slo_tpot_ms=slo_tpot,
+        slo_e2e_ms=slo_e2e,
+        percentile=percentile,
+        workload=workload,
+        budget_usd_month=budget,
+        max_replicas=16,
+        **SMALL,
+    )
     e2e = f"e2e_p{100 * percentile:g}_ms"
     assert list(table.columns) == [c if c != "e2e_p95_ms" else e2e for c in COLUMNS]
     # e2e of a request at the percentile length: ttft + length quantile x output x tpot
@@ -126,6 +173,7 @@ def test_rows_meeting_slo_satisfy_every_slo_from_their_own_columns(rate, slo_ttf
 
 # --- more load never makes a plan cheaper ----------------------------------------------------------
 
+
 @settings(max_examples=20, deadline=None)
 @given(rate=st.floats(0.2, 30), more=st.floats(1.0, 4.0), workload=st.sampled_from(["steady", "chatbot", "agent"]))
 def test_more_load_never_makes_the_cheapest_plan_cheaper(rate, more, workload):
@@ -141,11 +189,18 @@ def test_more_load_never_makes_the_cheapest_plan_cheaper(rate, more, workload):
 
 # --- cost per token -----------------------------------------------------------------------------
 
+
 def test_cost_per_million_tokens_does_not_depend_on_replicas_at_fixed_per_replica_load():
     # No SLO: each candidate gets the fewest replicas that keep it stable. Doubling the rate doubles
     # the replicas of many candidates, which then carry the same load per replica.
-    question = dict(**REQUEST, models="Mistral-7B", gpus=["RTX 4090", "H100 SXM"], quants="q4_k_m",
-                    tensor_parallel=1, workload="steady")
+    question = dict(
+        **REQUEST,
+        models="Mistral-7B",
+        gpus=["RTX 4090", "H100 SXM"],
+        quants="q4_k_m",
+        tensor_parallel=1,
+        workload="steady",
+    )
     one, two = plan(2.0, **question), plan(4.0, **question)
     both = one.merge(two, on=CONFIG, suffixes=("_1", "_2"))
     same_load = both[both["replicas_2"] == 2 * both["replicas_1"]]
@@ -162,6 +217,7 @@ def test_cost_per_million_tokens_does_not_depend_on_replicas_at_fixed_per_replic
 
 # --- the closed forms against the simulator -------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("backend", "batch", "workload", "low", "high"),
     [
@@ -174,12 +230,32 @@ def test_planned_p95_against_the_discrete_event_simulator(backend, batch, worklo
     # The planner's e2e p95 sums the percentile wait and the percentile service (length, batch,
     # prefill pauses), so with variable lengths it should sit at or above the simulated p95; with
     # fixed lengths it should be close (measured: within ~10-20%).
-    table = plan(3, **REQUEST, slo_e2e_ms=6000, models="Mistral-7B", gpus="RTX 4090", quants="q4_k_m",
-                 backends=backend, tensor_parallel=1, workload=workload)
+    table = plan(
+        3,
+        **REQUEST,
+        slo_e2e_ms=6000,
+        models="Mistral-7B",
+        gpus="RTX 4090",
+        quants="q4_k_m",
+        backends=backend,
+        tensor_parallel=1,
+        workload=workload,
+    )
     row = table[table["batch"] == batch].iloc[0]
     output = 128 if workload == "steady" else ("geometric", 128)
-    sim = simulate("Mistral-7B", "RTX 4090", "q4_k_m", 512, output, 12_000, arrival_rate=3, max_batch=batch,
-                   replicas=int(row["replicas"]), backend=backend, seed=3).summary.iloc[0]
+    sim = simulate(
+        "Mistral-7B",
+        "RTX 4090",
+        "q4_k_m",
+        512,
+        output,
+        12_000,
+        arrival_rate=3,
+        max_batch=batch,
+        replicas=int(row["replicas"]),
+        backend=backend,
+        seed=3,
+    ).summary.iloc[0]
     ratio = row["e2e_p95_ms"] / (sim["e2e_p95_s"] * 1e3)
     assert low <= ratio <= high, ratio
 
@@ -187,7 +263,7 @@ def test_planned_p95_against_the_discrete_event_simulator(backend, batch, worklo
 def test_poisson_quantile_matches_scipy():
     from scipy.stats import poisson
 
-    from toolkit._planner import _poisson_quantile
+    from toolkit._planning.planner import _poisson_quantile
 
     means = np.concatenate([[0.0, 1e-9, 0.05, 1.0, 3.0, 4.1], np.random.default_rng(0).uniform(0, 400, 2000)])
     for p in (0.5, 0.9, 0.95, 0.99):
@@ -195,6 +271,7 @@ def test_poisson_quantile_matches_scipy():
 
 
 # --- binding constraints, budget, quality, warnings --------------------------------------------------
+
 
 def test_single_stream_capacity_is_bound_by_its_batch_of_one():
     table = plan(3, **REQUEST, models="Mistral-7B", gpus="RTX 4090", quants="q4_k_m", backends="ollama")
@@ -208,8 +285,9 @@ def test_kv_cache_binds_when_the_largest_batch_that_fits_is_too_small():
     # 131,072 B per token (0.6 GB each). Each such request holds a slot for well over 10 s (0.7 s of
     # prefill + 512 steps of ~30 ms), so 2 req/s offer > 20 Erlangs: more replicas, because the KV
     # cache caps the batch.
-    table = plan(2, 4096, 512, models="Llama-3.1-8B", gpus="RTX 4090", quants="fp16", backends="vllm",
-                 tensor_parallel=1)
+    table = plan(
+        2, 4096, 512, models="Llama-3.1-8B", gpus="RTX 4090", quants="fp16", backends="vllm", tensor_parallel=1
+    )
     top = table[table["batch"] == table["batch"].max()].iloc[0]
     assert 6 <= top["batch"] <= 9 and top["replicas"] >= 3
     assert top["binding_constraint"] == "kv_memory"
@@ -217,16 +295,25 @@ def test_kv_cache_binds_when_the_largest_batch_that_fits_is_too_small():
 
 
 def test_a_budget_below_every_plan_fails_them_all_on_budget():
-    table = plan(3, **REQUEST, slo_e2e_ms=5000, budget_usd_month=100, models="Mistral-7B", gpus="RTX 4090",
-                 quants="q4_k_m", tensor_parallel=1)
+    table = plan(
+        3,
+        **REQUEST,
+        slo_e2e_ms=5000,
+        budget_usd_month=100,
+        models="Mistral-7B",
+        gpus="RTX 4090",
+        quants="q4_k_m",
+        tensor_parallel=1,
+    )
     assert not table["meets_slo"].any()
     slo_ok = (table["utilization"] < 1) & (table["e2e_p95_ms"] <= 5000)
     assert (table.loc[slo_ok, "binding_constraint"] == "budget").all() and slo_ok.any()
 
 
 def test_quality_from_published_scores_and_unknown_is_nan_with_a_warning():
-    table = plan(1, **REQUEST, models="Llama-3.1-8B", gpus="H100 SXM", quants=["fp8", "q4_k_m", "bf16"],
-                 tensor_parallel=1)
+    table = plan(
+        1, **REQUEST, models="Llama-3.1-8B", gpus="H100 SXM", quants=["fp8", "q4_k_m", "bf16"], tensor_parallel=1
+    )
     by_quant = table.groupby("quant")["quality"].first()
     assert by_quant["bf16"] == pytest.approx(66.7)  # Llama 3.1 model card, MMLU 5-shot
     assert by_quant["fp8"] == pytest.approx(66.7 * 66.27 / 66.60, rel=1e-3)  # Neural Magic FP8 card recovery
@@ -237,8 +324,15 @@ def test_quality_from_published_scores_and_unknown_is_nan_with_a_warning():
 
 
 def test_warnings_for_variance_pcie_tensor_parallel_and_utilization():
-    table = plan(2, **REQUEST, models="Mistral-7B", gpus=["RTX 4090", "H100 SXM"], quants="fp16",
-                 backends="vllm", workload="agent")
+    table = plan(
+        2,
+        **REQUEST,
+        models="Mistral-7B",
+        gpus=["RTX 4090", "H100 SXM"],
+        quants="fp16",
+        backends="vllm",
+        workload="agent",
+    )
     assert table["warnings"].str.contains("high service-time variance").all()
     pcie = (table["gpu"] == "RTX 4090") & (table["tensor_parallel"] > 1)
     assert table.loc[pcie, "warnings"].str.contains("PCIe").all()
@@ -255,8 +349,16 @@ def test_tensor_parallel_only_where_heads_divide_and_the_backend_shards():
 
 
 def test_prefix_cache_hits_shorten_ttft():
-    question = dict(request_rate=2, prompt_tokens=2048, output_tokens=64, models="Mistral-7B", gpus="L4",
-                    quants="q4_k_m", backends="vllm", tensor_parallel=1)
+    question = dict(
+        request_rate=2,
+        prompt_tokens=2048,
+        output_tokens=64,
+        models="Mistral-7B",
+        gpus="L4",
+        quants="q4_k_m",
+        backends="vllm",
+        tensor_parallel=1,
+    )
     cold, warm = plan(**question), plan(**question, prefix_cache_hit_rate=0.75)
     both = cold.merge(warm, on=CONFIG, suffixes=("_cold", "_warm"))
     both = both[both["replicas_cold"] == both["replicas_warm"]]  # same fleet: less prefill, less wait
@@ -294,10 +396,11 @@ def test_bad_input_raises_value_error_naming_the_argument(kwargs, name):
 
 # --- command line and the peer comparison ------------------------------------------------------------
 
+
 def test_cli_table_json_and_pareto(capsys):
     import argparse
 
-    from toolkit._planner import add_cli
+    from toolkit._planning.planner import add_cli
 
     parser = argparse.ArgumentParser()
     add_cli(parser.add_subparsers(dest="command", required=True))
@@ -306,8 +409,25 @@ def test_cli_table_json_and_pareto(capsys):
         args = parser.parse_args(argv)
         return args.func(args)
 
-    base = ["plan", "--rate", "3", "--prompt-tokens", "512", "--output-tokens", "128", "--slo-e2e-ms", "5000",
-            "--model", "Mistral-7B", "--gpu", "RTX 4090", "--quant", "q4_k_m", "--tensor-parallel", "1"]
+    base = [
+        "plan",
+        "--rate",
+        "3",
+        "--prompt-tokens",
+        "512",
+        "--output-tokens",
+        "128",
+        "--slo-e2e-ms",
+        "5000",
+        "--model",
+        "Mistral-7B",
+        "--gpu",
+        "RTX 4090",
+        "--quant",
+        "q4_k_m",
+        "--tensor-parallel",
+        "1",
+    ]
     assert main(base) == 0
     assert "vllm" in capsys.readouterr().out
     assert main(base + ["--json"]) == 0
@@ -320,8 +440,17 @@ def test_cli_table_json_and_pareto(capsys):
 
 def test_comparison_with_chimeraforge_covers_every_claim_and_keeps_the_headline():
     table = compare_with_chimeraforge()
-    assert list(table.columns) == ["claim_id", "claim", "unit", "theirs", "reproduced", "ours", "our_setup", "why",
-                                   "source"]
+    assert list(table.columns) == [
+        "claim_id",
+        "claim",
+        "unit",
+        "theirs",
+        "reproduced",
+        "ours",
+        "our_setup",
+        "why",
+        "source",
+    ]
     assert len(table) == 14 and table["ours"].notna().all() and (table["why"].str.len() > 40).all()
     ours = table.set_index("claim_id")["ours"]
     assert ours["headline_ollama_gpus"] >= 2 and ours["headline_vllm_gpus"] == 1
@@ -333,18 +462,44 @@ def test_comparison_with_chimeraforge_covers_every_claim_and_keeps_the_headline(
 def test_calibration_reaches_the_plan():
     # Halving the bandwidth utilisation doubles the memory-bound decode step of a single-stream
     # 1B model, so its TPOT must rise (by close to 2x, less the fixed step overhead).
-    kwargs = dict(request_rate=0.1, prompt_tokens=128, output_tokens=64, models="Llama-3.2-1B",
-                  gpus="L4", quants="fp16", backends="ollama", tensor_parallel=1)
+    kwargs = dict(
+        request_rate=0.1,
+        prompt_tokens=128,
+        output_tokens=64,
+        models="Llama-3.2-1B",
+        gpus="L4",
+        quants="fp16",
+        backends="ollama",
+        tensor_parallel=1,
+    )
     base = plan(**kwargs)
     slow = plan(**kwargs, calibration={"mbu": 0.35})
     assert slow["tpot_ms"].iloc[0] > 1.8 * base["tpot_ms"].iloc[0]
 
 
 def test_a_measured_host_row_plans_like_a_gpu():
-    host = pd.DataFrame([{"name": "host-cpu: test", "memory_gb": 24.0, "bandwidth_gb_s": 20.0,
-                          "fp16_tflops": 0.2, "price_usd_hour": 0.1, "source": "hand-made spec"}])
-    out = plan(request_rate=0.05, prompt_tokens=64, output_tokens=32, models="Gemma-3-270M",
-                       gpus=host, quants="q4_k_m", backends="llamacpp", tensor_parallel=1)
+    host = pd.DataFrame(
+        [
+            {
+                "name": "host-cpu: test",
+                "memory_gb": 24.0,
+                "bandwidth_gb_s": 20.0,
+                "fp16_tflops": 0.2,
+                "price_usd_hour": 0.1,
+                "source": "hand-made spec",
+            }
+        ]
+    )
+    out = plan(
+        request_rate=0.05,
+        prompt_tokens=64,
+        output_tokens=32,
+        models="Gemma-3-270M",
+        gpus=host,
+        quants="q4_k_m",
+        backends="llamacpp",
+        tensor_parallel=1,
+    )
     assert len(out) and (out["gpu"] == "host-cpu: test").all()
 
 
@@ -353,6 +508,7 @@ def test_cached_candidate_grid_is_not_altered_by_other_questions():
     # workload or budget; plans in between must leave the first answer exactly as it was.
     question = dict(**REQUEST, slo_e2e_ms=5000, **SMALL)
     first = plan(3, **question)
-    plan(40, **{**question, "slo_e2e_ms": 800}, slo_ttft_ms=100, workload="agent", percentile=0.99,
-         budget_usd_month=300)
+    plan(
+        40, **{**question, "slo_e2e_ms": 800}, slo_ttft_ms=100, workload="agent", percentile=0.99, budget_usd_month=300
+    )
     pd.testing.assert_frame_equal(plan(3, **question), first)

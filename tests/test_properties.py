@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from fault_server import FaultServer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import toolkit
-from fault_server import FaultServer
 
 # --- what every spec may rely on --------------------------------------------------------------------
 MODEL = "Llama-3.1-8B"
@@ -88,7 +88,12 @@ SPECS: dict[str, Spec] = {
     "CostModel.step_ms": Spec(
         call=lambda: _cost_model_method("step_ms"),
         kwargs={"decode_seqs": 4, "kv_tokens": 4096},
-        numeric={"decode_seqs": "array", "kv_tokens": "array", "prefill_tokens": "array", "prefill_context_tokens": "array"},
+        numeric={
+            "decode_seqs": "array",
+            "kv_tokens": "array",
+            "prefill_tokens": "array",
+            "prefill_context_tokens": "array",
+        },
     ),
     "CostModel.ttft_ms": Spec(
         call=lambda: _cost_model_method("ttft_ms"),
@@ -100,7 +105,9 @@ SPECS: dict[str, Spec] = {
         kwargs={"context_tokens": 4096},
         numeric={"context_tokens": "array"},
     ),
-    "ttft_ms": Spec(kwargs={**SERVING, "prompt_tokens": 512}, numeric={"prompt_tokens": "array", "cached_tokens": "array"}),
+    "ttft_ms": Spec(
+        kwargs={**SERVING, "prompt_tokens": 512}, numeric={"prompt_tokens": "array", "cached_tokens": "array"}
+    ),
     "batching_curve": Spec(kwargs={**SERVING, "context_tokens": 4096}, numeric={"batch_sizes": "array?"}),
     "erlang_c": Spec(kwargs={"servers": 2, "offered_load": 1.0}, numeric={"servers": "int", "offered_load": "array"}),
     "queue_wait": Spec(
@@ -117,14 +124,26 @@ SPECS: dict[str, Spec] = {
     ),
     "plan": Spec(
         kwargs={
-            "request_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128, "models": [MODEL], "gpus": [GPU],
-            "quants": [QUANT], "backends": ["vllm"], "tensor_parallel": (1,), "max_replicas": 4,
-        },  # fmt: skip
+            "request_rate": 1.0,
+            "prompt_tokens": 512,
+            "output_tokens": 128,
+            "models": [MODEL],
+            "gpus": [GPU],
+            "quants": [QUANT],
+            "backends": ["vllm"],
+            "tensor_parallel": (1,),
+            "max_replicas": 4,
+        },
         examples=10,
     ),
     "calibrate": Spec(
-        kwargs={"lanes_or_levels": LANES, "model": "Gemma-3-270M", "device": "RTX 4090", "quant": "q4_k_m",
-                "fit": ("mbu",)},  # fmt: skip
+        kwargs={
+            "lanes_or_levels": LANES,
+            "model": "Gemma-3-270M",
+            "gpu": "RTX 4090",
+            "quant": "q4_k_m",
+            "fit": ("mbu",),
+        },
         skip_params={"bounds": "a mapping of (low, high) pairs, not a sequence of numbers"},
         examples=10,
     ),

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolkit
-from toolkit._queueing import erlang_c, queue_wait, workload_presets
+from toolkit._queueing.closed_forms import erlang_c, queue_wait, workload_presets
 
 
 def _quiet(*args, **kwargs) -> pd.DataFrame:

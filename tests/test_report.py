@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from toolkit import _report
 from toolkit._data import load_csv
+from toolkit._report import build as _report
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -155,7 +155,7 @@ def test_no_request_left_the_machine(rendered):
 
 def test_server_strings_render_as_text_not_markup(rendered):
     dom, _, _ = rendered
-    assert "<title>pwned" not in dom and "<img src=\"x\"" not in dom
+    assert "<title>pwned" not in dom and '<img src="x"' not in dom
     assert "&lt;img src=x" in dom  # shown to the reader, literally
 
 
@@ -186,5 +186,11 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
     args = parser.parse_args(["report", "--recorded", "--no-notebooks", "--name", "x", "--out", str(tmp_path)])
     assert args.func(args) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "index.html")
-    assert seen == {"out_dir": tmp_path, "base_url": None, "model": None, "name": "x", "recorded": True,
-                    "execute_notebooks": False}
+    assert seen == {
+        "out_dir": tmp_path,
+        "base_url": None,
+        "model": None,
+        "name": "x",
+        "recorded": True,
+        "execute_notebooks": False,
+    }

@@ -12,9 +12,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from fault_server import FaultServer
 
 import toolkit
-from fault_server import FaultServer
 
 PAYLOAD = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 # markup only starts at a "<": inside the charts' JSON specs the payload is a string with "<" written
@@ -53,7 +53,7 @@ class _Tags(HTMLParser):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
-    from toolkit import _report
+    from toolkit._report import build as _report
 
     out = tmp_path_factory.mktemp("report")
     patch = pytest.MonkeyPatch()
@@ -62,9 +62,13 @@ def report(tmp_path_factory) -> Path:
     try:
         with FaultServer(tokens=3, token_delay_s=0, error_message=PAYLOAD, schedule=["500", "500"]) as server:
             index = toolkit.build_report(
-                out_dir=out, base_url=server.root_url, model=PAYLOAD, name=PAYLOAD, execute_notebooks=False,
+                out_dir=out,
+                base_url=server.root_url,
+                model=PAYLOAD,
+                name=PAYLOAD,
+                execute_notebooks=False,
                 api_key=SENTINEL,
-            )  # fmt: skip
+            )
             assert server.chat_requests(), "the report did not measure the server"
             assert all(r["authorization"] == f"Bearer {SENTINEL}" for r in server.chat_requests())
     finally:

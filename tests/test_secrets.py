@@ -13,9 +13,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+from fault_server import FaultServer
 
 import toolkit
-from fault_server import FaultServer
 
 SENTINEL = "sk-sentinel-6b1d0e9c4f2a47d8b3e5"
 PROMPTS = [f"alpha beta gamma lane{i}" for i in range(3)]
@@ -126,14 +126,20 @@ def test_error_paths_never_quote_the_key(server, tmp_path):
     # a bad argument next to the key
     with pytest.raises(ValueError) as bad_arg:
         _sweep(server.base_url, tmp_path / "c", api_key=SENTINEL, limits=(0,), progress=False)
+
     # the user's post-processing quoting the key in its own exception
     def leaky(lane):
         raise RuntimeError(f"rejected with token {SENTINEL}")
 
     result = _sweep(
-        server.base_url, tmp_path / "d", api_key=SENTINEL, prompts=PROMPTS, postprocess=leaky, attempts=1,
+        server.base_url,
+        tmp_path / "d",
+        api_key=SENTINEL,
+        prompts=PROMPTS,
+        postprocess=leaky,
+        attempts=1,
         progress=False,
-    )  # fmt: skip
+    )
     assert (result.lanes["outcome"] == "rejected").all()
     for exc in (refused.value, unreachable.value, bad_arg.value):
         text = f"{exc} {exc!r} {exc.__cause__!r} {exc.__context__!r}"

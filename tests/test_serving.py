@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import toolkit
-from toolkit._catalog import resolve_model
+from toolkit._model.catalog import resolve_model
 
 # ---- decode on Llama-3.1-8B bf16, H100 SXM --------------------------------------------------------
 # weights 8.0303e9 x 2 B = 16.0606e9 B; KV 131,072 B/token; bandwidth x MBU = 3,350e9 x 0.7 = 2,345e9 B/s;
@@ -152,8 +152,17 @@ def test_chimeraforge_ttft_7b_512(gpu, ours, theirs):
 def test_our_model_reduces_to_chimeraforge_under_their_assumptions(gpu, theirs):
     # 7.0e9 parameters, no embeddings, (almost) no attention, MFU 0.4, no overheads:
     # 2 x 7e9 x 512 / (TFLOPS x 0.4), e.g. 7.168e12 / (165.2e12 x 0.4) = 108.47 ms on the 4090
-    seven_b = {"name": "7B as chimeraforge", "params_b": 7.0, "layers": 32, "hidden_size": 4096,
-               "attention_heads": 1, "kv_heads": 1, "head_dim": 1, "intermediate_size": 1, "vocab_size": 1}
+    seven_b = {
+        "name": "7B as chimeraforge",
+        "params_b": 7.0,
+        "layers": 32,
+        "hidden_size": 4096,
+        "attention_heads": 1,
+        "kv_heads": 1,
+        "head_dim": 1,
+        "intermediate_size": 1,
+        "vocab_size": 1,
+    }
     got = toolkit.ttft_ms(seven_b, gpu, "fp16", 512, mfu=0.4, request_overhead_ms=0, step_overhead_ms=0)
     assert got == pytest.approx(theirs, rel=0.002)
 
@@ -163,8 +172,15 @@ def test_our_model_reduces_to_chimeraforge_under_their_assumptions(gpu, theirs):
 
 def test_efficiency_defaults_have_sources():
     table = toolkit.efficiency_defaults()
-    for name in ["mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "reserved_gb", "kv_block_tokens",
-                 "gpu_memory_utilization"]:
+    for name in [
+        "mbu",
+        "mfu",
+        "step_overhead_ms",
+        "request_overhead_ms",
+        "reserved_gb",
+        "kv_block_tokens",
+        "gpu_memory_utilization",
+    ]:
         assert name in table.index
     assert table["source"].str.len().gt(20).all()
 
@@ -228,8 +244,9 @@ def serving_case(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=serving_case())
 def test_throughput_monotone_up_to_the_feasible_maximum(case):
-    cm = toolkit.cost_model(case["model"], case["gpu"], case["quant"], tensor_parallel=case["tensor_parallel"],
-                            kv_dtype=case["kv_dtype"])
+    cm = toolkit.cost_model(
+        case["model"], case["gpu"], case["quant"], tensor_parallel=case["tensor_parallel"], kv_dtype=case["kv_dtype"]
+    )
     top = int(min(max(cm.max_concurrent_seqs(case["context_tokens"]), 1), 2048))
     curve = toolkit.batching_curve(**case, batch_sizes=np.arange(1, top + 1))
     numbers = curve[["step_ms", "tpot_ms", "aggregate_tok_s", "per_seq_tok_s", "memory_ms", "compute_ms"]]
@@ -265,19 +282,31 @@ def test_ttft_grows_with_prompt_and_shrinks_with_cache(case, prompt, cached_shar
         (lambda: toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 128, batch_sizes=[1.5]), "batch_sizes"),
         (lambda: toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 128, mbu=0), "mbu"),
         (lambda: toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 128, mfu=1.5), "mfu"),
-        (lambda: toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 128, step_overhead_ms=-1),
-         "step_overhead_ms"),
+        (
+            lambda: toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 128, step_overhead_ms=-1),
+            "step_overhead_ms",
+        ),
         (lambda: toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration={"mbu": 2}), "mbu"),
         (lambda: toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration=[0.5]), "calibration"),
         (lambda: toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16").step_ms(-1, 0), "decode_seqs"),
         (lambda: toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16").step_ms(1, np.nan), "kv_tokens"),
-        (lambda: toolkit.ttft_ms("Llama-3.1-8B", {"name": "x", "memory_gb": 24, "bandwidth_gb_s": 0,
-                                                  "fp16_tflops": 100}, "bf16", 128), "bandwidth_gb_s"),
+        (
+            lambda: toolkit.ttft_ms(
+                "Llama-3.1-8B", {"name": "x", "memory_gb": 24, "bandwidth_gb_s": 0, "fp16_tflops": 100}, "bf16", 128
+            ),
+            "bandwidth_gb_s",
+        ),
         (lambda: toolkit.ttft_ms("Llama-3.1-8B", "H100 SXM", "q3", 128), "quant"),
         (lambda: toolkit.cost_model("llama-9", "H100 SXM", "bf16"), "model"),
-        (lambda: toolkit.cost_model("Llama-3.1-8B", {"name": "x", "memory_gb": 24, "bandwidth_gb_s": 900,
-                                                     "fp16_tflops": 100}, "bf16", tensor_parallel=2),
-         "interconnect_gb_s"),
+        (
+            lambda: toolkit.cost_model(
+                "Llama-3.1-8B",
+                {"name": "x", "memory_gb": 24, "bandwidth_gb_s": 900, "fp16_tflops": 100},
+                "bf16",
+                tensor_parallel=2,
+            ),
+            "interconnect_gb_s",
+        ),
     ],
 )
 def test_bad_inputs_raise_naming_the_argument(call, argument):

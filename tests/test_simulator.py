@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit import _simulator
-from toolkit._queueing import queue_wait
-from toolkit._simulator import _Linear, simulate
-from toolkit._wait_check import compare_wait_models
+from toolkit._queueing import simulator as _simulator
+from toolkit._queueing.closed_forms import queue_wait
+from toolkit._queueing.simulator import _Linear, simulate
+from toolkit._queueing.wait_check import compare_wait_models
 
 
 class FixedStep:
@@ -45,7 +45,7 @@ def _fifo_waits_reference(arrival: np.ndarray, service: np.ndarray, servers: int
 
 
 def test_lone_request_follows_the_cost_model_step_by_step():
-    cm = toolkit.cost_model("Llama-3.1-8B", "L4", "fp16", max_batched_tokens=2048)
+    cm = toolkit.cost_model("Llama-3.1-8B", "L4", "fp16", max_num_batched_tokens=2048)
     res = simulate("Llama-3.1-8B", "L4", "fp16", 5000, 8, 1, arrival_rate=1.0, max_num_batched_tokens=2048)
     row = res.requests.iloc[0]
     # chunked prefill of 5000 tokens with a 2048-token budget: 2048 + 2048 + 904, each chunk attending
@@ -59,7 +59,7 @@ def test_lone_request_follows_the_cost_model_step_by_step():
 
 
 def test_lone_request_ttft_is_the_serving_models_ttft_under_tensor_parallel():
-    cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "fp8", tensor_parallel=2, max_batched_tokens=2048)
+    cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "fp8", tensor_parallel=2, max_num_batched_tokens=2048)
     res = simulate("Llama-3.1-70B", "H100 SXM", "fp8", 1000, 4, 1, arrival_rate=1.0, tensor_parallel=2)
     assert res.requests["ttft_s"].iloc[0] == pytest.approx(cm.ttft_ms(1000) / 1e3, rel=1e-9)
     assert res.summary["kv_budget_tokens"].iloc[0] == cm.kv_budget_tokens
@@ -73,8 +73,18 @@ def test_preemption_timeline_by_hand():
     # tokens at step 150. Then one prefill step of 151 tokens gives its 52nd token and 98 decode steps
     # the rest: it ends at step 249.
     trace = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [100, 100], "output_tokens": [150, 150]})
-    res = simulate(None, None, None, None, None, None, trace=trace, max_batch=2,
-                   cost=FixedStep(1.0, kv_budget_tokens=300), warmup_fraction=0.0)
+    res = simulate(
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        trace=trace,
+        max_batch=2,
+        cost=FixedStep(1.0, kv_budget_tokens=300),
+        warmup_fraction=0.0,
+    )
     req = res.requests
     np.testing.assert_allclose(req["e2e_s"], [0.150, 0.249], rtol=1e-9)
     np.testing.assert_allclose(req["ttft_s"], [0.001, 0.001], rtol=1e-9)
@@ -110,8 +120,7 @@ def test_one_at_a_time_with_fixed_tokens_is_md1():
     cm = toolkit.cost_model("Llama-3.2-1B", "L4", "fp16")
     service_s = (cm.step_ms(0, 0, 256, 0) + float(np.sum(cm.step_ms(1, 256 + np.arange(63))))) / 1e3
     rho = 0.5
-    res = simulate("Llama-3.2-1B", "L4", "fp16", 256, 64, 100_000, arrival_rate=rho / service_s,
-                   max_batch=1, seed=1)
+    res = simulate("Llama-3.2-1B", "L4", "fp16", 256, 64, 100_000, arrival_rate=rho / service_s, max_batch=1, seed=1)
     s = res.summary.iloc[0]
     md1 = rho * service_s / (2 * (1 - rho))
     # 90,000 measured requests: the sample mean of M/D/1 waits at rho 0.5 has a relative standard
@@ -128,8 +137,9 @@ def test_geometric_outputs_one_at_a_time_is_mm1():
     m, rho = 100, 0.5
     service_s = m / 1e3
     lam = rho / service_s
-    res = simulate(None, None, None, 1, ("geometric", m), 100_000, arrival_rate=lam, max_batch=1,
-                   cost=FixedStep(1.0), seed=2)
+    res = simulate(
+        None, None, None, 1, ("geometric", m), 100_000, arrival_rate=lam, max_batch=1, cost=FixedStep(1.0), seed=2
+    )
     s = res.summary.iloc[0]
     mu = 1 / service_s
     # relative standard error of the mean wait at rho 0.5 and 90,000 measured requests: 1.8% (300
@@ -144,8 +154,19 @@ def test_shared_queue_replicas_are_the_fifo_c_server_queue_exactly():
     arrival = np.cumsum(rng.exponential(m / 1e3 / (0.8 * c), n))
     output = rng.geometric(1 / m, n)
     trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": 1, "output_tokens": output})
-    res = simulate(None, None, None, None, None, None, trace=trace, max_batch=1, replicas=c,
-                   routing="shared_queue", cost=FixedStep(1.0))
+    res = simulate(
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        trace=trace,
+        max_batch=1,
+        replicas=c,
+        routing="shared_queue",
+        cost=FixedStep(1.0),
+    )
     expected = _fifo_waits_reference(arrival, output / 1e3, c)
     np.testing.assert_allclose(res.requests["queue_wait_s"], expected, rtol=0, atol=1e-9)
 
@@ -154,8 +175,20 @@ def test_shared_queue_replicas_reproduce_mmc():
     m, c, rho = 100, 3, 0.7
     service_s = m / 1e3
     lam = rho * c / service_s
-    res = simulate(None, None, None, 1, ("geometric", m), 200_000, arrival_rate=lam, max_batch=1,
-                   replicas=c, routing="shared_queue", cost=FixedStep(1.0), seed=3)
+    res = simulate(
+        None,
+        None,
+        None,
+        1,
+        ("geometric", m),
+        200_000,
+        arrival_rate=lam,
+        max_batch=1,
+        replicas=c,
+        routing="shared_queue",
+        cost=FixedStep(1.0),
+        seed=3,
+    )
     s = res.summary.iloc[0]
     mmc = queue_wait(lam, service_s, servers=c).iloc[0]
     # relative standard error of the mean wait at 180,000 requests: 2.5% (100 replications of the FIFO
@@ -176,8 +209,20 @@ def test_round_robin_replicas_are_not_mmc_but_erlang_arrival_queues():
     for _ in range(200):
         sigma = (lam / (lam + mu * (1 - sigma))) ** c
     gm1 = sigma / (mu * (1 - sigma))
-    res = simulate(None, None, None, 1, ("geometric", m), 100_000, arrival_rate=lam, max_batch=1,
-                   replicas=c, routing="round_robin", cost=FixedStep(1.0), seed=4)
+    res = simulate(
+        None,
+        None,
+        None,
+        1,
+        ("geometric", m),
+        100_000,
+        arrival_rate=lam,
+        max_batch=1,
+        replicas=c,
+        routing="round_robin",
+        cost=FixedStep(1.0),
+        seed=4,
+    )
     s = res.summary.iloc[0]
     assert s["queue_wait_mean_s"] == pytest.approx(gm1, rel=0.08)
     assert s["queue_wait_mean_s"] > 1.5 * queue_wait(lam, service_s, servers=c).iloc[0]["wait_mean_s"]
@@ -185,8 +230,18 @@ def test_round_robin_replicas_are_not_mmc_but_erlang_arrival_queues():
 
 
 def test_least_loaded_beats_round_robin_on_variable_work():
-    kwargs = dict(model=None, gpu=None, quant=None, prompt_tokens=1, output_tokens=("geometric", 100),
-                  num_requests=20_000, arrival_rate=16.0, max_batch=1, replicas=2, cost=FixedStep(1.0))
+    kwargs = dict(
+        model=None,
+        gpu=None,
+        quant=None,
+        prompt_tokens=1,
+        output_tokens=("geometric", 100),
+        num_requests=20_000,
+        arrival_rate=16.0,
+        max_batch=1,
+        replicas=2,
+        cost=FixedStep(1.0),
+    )
     rr = simulate(routing="round_robin", **kwargs).summary.iloc[0]
     jsq = simulate(routing="least_loaded", **kwargs).summary.iloc[0]
     assert jsq["queue_wait_mean_s"] < 0.8 * rr["queue_wait_mean_s"]
@@ -248,9 +303,21 @@ class _SmallKV:
 @pytest.mark.parametrize("routing", ["round_robin", "shared_queue"])
 def test_event_skipping_equals_stepping_one_iteration_at_a_time(monkeypatch, routing):
     cm = toolkit.cost_model("Gemma-3-270M", "T4", "fp16")
-    kwargs = dict(model=None, gpu=None, quant=None, prompt_tokens=("lognormal", 600, 1.0),
-                  output_tokens=("geometric", 120), num_requests=400, arrival_rate=40.0, max_batch=24,
-                  max_num_batched_tokens=512, replicas=2, routing=routing, cost=_SmallKV(cm, 12_000), seed=7)
+    kwargs = dict(
+        model=None,
+        gpu=None,
+        quant=None,
+        prompt_tokens=("lognormal", 600, 1.0),
+        output_tokens=("geometric", 120),
+        num_requests=400,
+        arrival_rate=40.0,
+        max_batch=24,
+        max_num_batched_tokens=512,
+        replicas=2,
+        routing=routing,
+        cost=_SmallKV(cm, 12_000),
+        seed=7,
+    )
     fast = simulate(**kwargs)
     monkeypatch.setattr(_simulator, "_Clock", _StepByStepClock)
     monkeypatch.setattr(_simulator._Engine, "run_cap", 1)
@@ -263,8 +330,15 @@ def test_event_skipping_equals_stepping_one_iteration_at_a_time(monkeypatch, rou
 
 
 def test_same_seed_same_result_and_another_seed_differs():
-    kwargs = dict(model="Llama-3.2-1B", gpu="L4", quant="fp16", prompt_tokens=("lognormal", 300, 0.5),
-                  output_tokens=("geometric", 50), num_requests=300, arrival_rate=5.0)
+    kwargs = dict(
+        model="Llama-3.2-1B",
+        gpu="L4",
+        quant="fp16",
+        prompt_tokens=("lognormal", 300, 0.5),
+        output_tokens=("geometric", 50),
+        num_requests=300,
+        arrival_rate=5.0,
+    )
     a, b = simulate(seed=3, **kwargs), simulate(seed=3, **kwargs)
     pd.testing.assert_frame_equal(a.requests, b.requests)
     c = simulate(seed=4, **kwargs)
@@ -272,16 +346,16 @@ def test_same_seed_same_result_and_another_seed_differs():
 
 
 def test_gamma_arrivals_have_the_requested_burstiness():
-    res = simulate(None, None, None, 1, 1, 50_000, arrival_rate=10.0, arrivals="gamma", burstiness=4.0,
-                   cost=FixedStep(1.0))
+    res = simulate(None, None, None, 1, 1, 50_000, arrival_rate=10.0, arrivals="gamma", ca2=4.0, cost=FixedStep(1.0))
     gaps = np.diff(res.requests["arrival_s"])
     assert gaps.mean() == pytest.approx(0.1, rel=0.03)
     assert gaps.var() / gaps.mean() ** 2 == pytest.approx(4.0, rel=0.06)
 
 
 def test_token_distributions():
-    res = simulate(None, None, None, ("lognormal", 400, 0.5), ("geometric", 30), 20_000, arrival_rate=1e3,
-                   cost=FixedStep(0.01))
+    res = simulate(
+        None, None, None, ("lognormal", 400, 0.5), ("geometric", 30), 20_000, arrival_rate=1e3, cost=FixedStep(0.01)
+    )
     req = res.requests
     assert req["output_tokens"].mean() == pytest.approx(30, rel=0.03)
     assert req["output_tokens"].min() >= 1
@@ -302,8 +376,17 @@ def test_trace_is_replayed_in_time_order():
 
 def test_result_columns():
     res = simulate(None, None, None, 10, 5, 50, arrival_rate=10.0, cost=FixedStep())
-    for col in ("arrival_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
-                "replica", "preempted"):
+    for col in (
+        "arrival_s",
+        "queue_wait_s",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "prompt_tokens",
+        "output_tokens",
+        "replica",
+        "preempted",
+    ):
         assert col in res.requests.columns
     assert len(res.summary) == 1
     for metric in ("queue_wait", "ttft", "tpot", "e2e"):
@@ -326,20 +409,34 @@ def test_result_columns():
         ({"arrival_rate": 1.0, "max_batch": 64, "max_num_batched_tokens": 32}, "max_num_batched_tokens"),
         ({"arrival_rate": 1.0, "routing": "random"}, "routing"),
         ({"arrival_rate": 1.0, "arrivals": "uniform"}, "arrivals"),
-        ({"arrival_rate": 1.0, "burstiness": 3.0}, "burstiness"),
+        ({"arrival_rate": 1.0, "ca2": 3.0}, "ca2"),
         ({"arrival_rate": 1.0, "warmup_fraction": 1.0}, "warmup_fraction"),
         ({"arrival_rate": 1.0, "replicas": 0}, "replicas"),
         ({"arrival_rate": 1.0, "prompt_tokens": 0}, "prompt_tokens"),
         ({"arrival_rate": 1.0, "output_tokens": ("pareto", 3)}, "output_tokens"),
         ({"arrival_rate": 1.0, "prompt_tokens": 20_000}, "KV budget"),
         ({"arrival_rate": 1.0, "num_requests": 0}, "num_requests"),
-        ({"trace": pd.DataFrame({"arrival_s": [0.0]}), "prompt_tokens": None, "output_tokens": None,
-          "num_requests": None}, "trace"),
+        (
+            {
+                "trace": pd.DataFrame({"arrival_s": [0.0]}),
+                "prompt_tokens": None,
+                "output_tokens": None,
+                "num_requests": None,
+            },
+            "trace",
+        ),
     ],
 )
 def test_bad_input_names_the_argument(kwargs, name):
-    args = dict(model=None, gpu=None, quant=None, prompt_tokens=10, output_tokens=10, num_requests=10,
-                cost=FixedStep(kv_budget_tokens=10_000))
+    args = dict(
+        model=None,
+        gpu=None,
+        quant=None,
+        prompt_tokens=10,
+        output_tokens=10,
+        num_requests=10,
+        cost=FixedStep(kv_budget_tokens=10_000),
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         simulate(**args)
@@ -377,8 +474,9 @@ def test_recorded_worst_underestimate_reproduces():
     # data/workloads.csv records the agent preset's worst p95 error, measured at 40M requests per cell
     # (hyperexponential, utilisation 0.5). 2M requests: standard error ~1.3%, so 5% is ~4 of them.
     presets = toolkit.workload_presets().set_index("preset")
-    df = compare_wait_models(utilizations=(0.5,), cs2_values=(8,), num_requests=2_000_000,
-                             distributions=("hyperexponential",), seed=11)
+    df = compare_wait_models(
+        utilizations=(0.5,), cs2_values=(8,), num_requests=2_000_000, distributions=("hyperexponential",), seed=11
+    )
     assert df["rel_err"].iloc[0] == pytest.approx(presets.loc["agent", "p95_rel_err_min"], abs=0.05)
 
 

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from streaming_server import Script, StreamingServer, default_script, words
 
 import toolkit
-from toolkit._arrivals import arrival_offsets_s
-from toolkit._lanes import LaneContext, run_lane
-from toolkit._sweep_levels import add_relative
-
-from streaming_server import Script, StreamingServer, default_script, words
+from toolkit._data import load_csv
+from toolkit._queueing.arrivals import arrival_offsets_s
+from toolkit._sweep.lanes import LaneContext, run_lane
+from toolkit._sweep.levels import add_relative
 
 SLACK_S = 0.6
 
@@ -234,12 +234,47 @@ def test_429_retry_after_is_honoured():
 
 
 def test_level_columns_are_the_issue_columns_and_follow_from_the_lanes():
-    issue = ["in_flight", "lanes", "wall_s", "s_per_candidate", "speedup", "llm_sum_s", "achieved_concurrency",
-             "postprocess_sum_s", "slot_wait_s", "prompt_tokens", "output_tokens", "dec_tok_s", "tok_s_gain",
-             "lanes_ok", "prefix_hit_rate", "provider_cached_rate", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
-             "tpot_p50_ms", "tpot_p95_ms", "tpot_p99_ms", "verdict"]  # fmt: skip
-    lane_cols = ["in_flight", "lane", "attempt", "ttft_ms", "tpot_ms", "e2e_ms", "llm_s", "output_tokens",
-                 "prompt_tokens", "cached_tokens", "slot_wait_s", "postprocess_s", "outcome", "error"]  # fmt: skip
+    issue = [
+        "in_flight",
+        "lanes",
+        "wall_s",
+        "s_per_candidate",
+        "speedup",
+        "llm_sum_s",
+        "achieved_concurrency",
+        "postprocess_sum_s",
+        "slot_wait_s",
+        "prompt_tokens",
+        "output_tokens",
+        "dec_tok_s",
+        "tok_s_gain",
+        "lanes_ok",
+        "prefix_hit_rate",
+        "provider_cached_rate",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "ttft_p99_ms",
+        "tpot_p50_ms",
+        "tpot_p95_ms",
+        "tpot_p99_ms",
+        "verdict",
+    ]
+    lane_cols = [
+        "in_flight",
+        "lane",
+        "attempt",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "llm_s",
+        "output_tokens",
+        "prompt_tokens",
+        "cached_tokens",
+        "slot_wait_s",
+        "postprocess_s",
+        "outcome",
+        "error",
+    ]
     with StreamingServer(tokens=3, itl_s=0.01) as srv:
         res = run(srv, [f"p {i}" for i in range(4)], limits=(1, 4))
     assert list(res.levels.columns[: len(issue)]) == issue
@@ -262,12 +297,19 @@ def test_level_columns_are_the_issue_columns_and_follow_from_the_lanes():
 
 def _levels(in_flight, llm_sum_s, output_tokens, lanes):
     n = len(in_flight)
-    return pd.DataFrame({"in_flight": in_flight, "lanes": [lanes] * n, "wall_s": [1.0] * n, "dec_tok_s": [1.0] * n,
-                         "llm_ms_per_token": np.array(llm_sum_s) * 1000 / np.array(output_tokens)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "in_flight": in_flight,
+            "lanes": [lanes] * n,
+            "wall_s": [1.0] * n,
+            "dec_tok_s": [1.0] * n,
+            "llm_ms_per_token": np.array(llm_sum_s) * 1000 / np.array(output_tokens),
+        }
+    )
 
 
 def test_verdict_reads_batching_for_the_vllm_reference_and_queueing_for_the_cpu_run():
-    ref = pd.read_csv("data/reference_vllm_sweep_32_lanes.csv", comment="#")
+    ref = load_csv("reference_vllm_sweep_32_lanes.csv")
     vllm = add_relative(_levels(ref["in_flight"], ref["llm_sum_s"], ref["output_tokens"], 32), closed_loop=True)
     assert list(vllm["verdict"]) == ["baseline"] + ["batching"] * 5
     # issue 5's 2-core llama-server run: equal work per level, summed lane time 9.6/20.6/32.7/62.7 s
@@ -309,12 +351,14 @@ def test_open_loop_rates_respect_the_cap_and_report_achieved_rate():
     level = res.levels.iloc[0]
     assert level.rate_rps == 40 and level.in_flight == 2
     assert level.achieved_rps == pytest.approx(6 / level.wall_s)
-    assert res.lanes["start_s"].is_monotonic_increasing or res.lanes.sort_values("lane")["start_s"].is_monotonic_increasing
+    assert (
+        res.lanes["start_s"].is_monotonic_increasing or res.lanes.sort_values("lane")["start_s"].is_monotonic_increasing
+    )
 
 
 @pytest.mark.parametrize(("arrival", "cv"), [("poisson", 1.0), ("gamma", 0.5), ("gamma", 2.0)])
 def test_arrival_gaps_have_the_requested_mean_and_variation(arrival, cv):
-    gaps = np.diff(arrival_offsets_s(40_000, 4.0, arrival=arrival, cv=cv, seed=7))
+    gaps = np.diff(arrival_offsets_s(40_000, 4.0, arrival=arrival, ca2=cv**2, seed=7))
     # mean gap 1/4 s; sampling error of the mean ~ cv * 0.25 / sqrt(40000) = cv * 0.00125
     assert gaps.mean() == pytest.approx(0.25, abs=5 * cv * 0.00125)
     assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.05)
@@ -391,8 +435,9 @@ def test_cancelling_the_sweep_keeps_finished_lanes_on_disk(tmp_path):
     async def main():
         with StreamingServer(tokens=1, ttft_s=0.1) as srv:
             task = asyncio.ensure_future(
-                toolkit.sweep(srv.base_url, "m", [f"p{i}" for i in range(6)], limits=(1,), out_dir=tmp_path,
-                              progress=False)  # fmt: skip
+                toolkit.sweep(
+                    srv.base_url, "m", [f"p{i}" for i in range(6)], limits=(1,), out_dir=tmp_path, progress=False
+                )
             )
             while len(srv.requests) < 3:  # lanes 0 and 1 done, lane 2 in flight
                 await asyncio.sleep(0.01)
@@ -469,12 +514,26 @@ def _lane_records(handler, attempts=1) -> list[dict]:
 
     async def main():
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            ctx = LaneContext(client=client, chat_url="http://test/v1/chat/completions", body={"model": "m"},
-                              timeout_s=5, attempts=attempts, postprocess=None, slots=asyncio.Semaphore(1),
-                              secrets=("sk-secret",), on_record=records.append)  # fmt: skip
-            await run_lane(ctx, index=0, prompt="p", messages=[{"role": "user", "content": "p"}],
-                           keys={"in_flight": 1, "repeat": 1, "rate_rps": math.nan, "session": "s"},
-                           first_attempt=1, level_t0=time.perf_counter())  # fmt: skip
+            ctx = LaneContext(
+                client=client,
+                chat_url="http://test/v1/chat/completions",
+                body={"model": "m"},
+                timeout_s=5,
+                attempts=attempts,
+                postprocess=None,
+                slots=asyncio.Semaphore(1),
+                secrets=("sk-secret",),
+                on_record=records.append,
+            )
+            await run_lane(
+                ctx,
+                index=0,
+                prompt="p",
+                messages=[{"role": "user", "content": "p"}],
+                keys={"in_flight": 1, "repeat": 1, "rate_rps": math.nan, "session": "s"},
+                first_attempt=1,
+                level_t0=time.perf_counter(),
+            )
 
     asyncio.run(main())
     return records
@@ -529,16 +588,34 @@ def test_usage_chunk_is_not_content():
 def test_cli_sweeps_a_prompts_file_into_out_dir(tmp_path, capsys):
     import argparse
 
-    from toolkit import _sweep_cli
+    from toolkit._sweep import cli as _sweep_cli
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('"plain string"\n{"prompt": "a dict"}\n{"messages": [{"role": "user", "content": "m"}]}\n')
     parser = argparse.ArgumentParser()
     _sweep_cli.add_cli(parser.add_subparsers())
     with StreamingServer(tokens=2) as srv:
-        args = parser.parse_args(["sweep", "--base-url", srv.base_url, "--model", "m", "--prompts", str(prompts),
-                                  "--limits", "1,3", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+        args = parser.parse_args(
+            [
+                "sweep",
+                "--base-url",
+                srv.base_url,
+                "--model",
+                "m",
+                "--prompts",
+                str(prompts),
+                "--limits",
+                "1,3",
+                "--out",
+                str(tmp_path / "out"),
+                "--quiet",
+            ]
+        )
         assert args.func(args) == 0
-        assert [r["messages"][-1]["content"].split("\n")[-1] for r in srv.requests[:3]] == ["plain string", "a dict", "m"]
+        assert [r["messages"][-1]["content"].split("\n")[-1] for r in srv.requests[:3]] == [
+            "plain string",
+            "a dict",
+            "m",
+        ]
     assert "verdict" in capsys.readouterr().out
     assert len(pd.read_csv(tmp_path / "out" / "levels.csv")) == 2

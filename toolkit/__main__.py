@@ -8,7 +8,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
-    from toolkit import _planner, _report, _sweep_cli
+    from toolkit._planning import planner as _planner
+    from toolkit._report import build as _report
+    from toolkit._sweep import cli as _sweep_cli
 
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -24,12 +24,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from toolkit import _planner  # noqa: E402
-from toolkit._pareto import pareto  # noqa: E402
+from toolkit._planning.pareto import pareto  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "reports" / "bench"
-QUESTION = dict(request_rate=5.0, prompt_tokens=512, output_tokens=128, slo_ttft_ms=1000, slo_e2e_ms=5000,
-                models=["Llama-3.1-8B", "Qwen2.5-14B", "Llama-3.1-70B"])
+QUESTION = dict(
+    request_rate=5.0,
+    prompt_tokens=512,
+    output_tokens=128,
+    slo_ttft_ms=1000,
+    slo_e2e_ms=5000,
+    models=["Llama-3.1-8B", "Qwen2.5-14B", "Llama-3.1-70B"],
+)
 CONFIG = ["model", "gpu", "quant", "backend", "tensor_parallel", "batch"]
 RUNS = 3
 
@@ -40,7 +46,7 @@ _COLD = """
 import json, sys, time
 sys.path.insert(0, {bench_dir!r})
 from bench_planner import QUESTION
-from toolkit import _planner
+from toolkit._planning import planner as _planner
 start = time.perf_counter()
 _planner.plan(**QUESTION)
 print(json.dumps(time.perf_counter() - start))
@@ -49,8 +55,10 @@ print(json.dumps(time.perf_counter() - start))
 
 def _cold() -> float:
     code = _COLD.format(bench_dir=str(Path(__file__).resolve().parent))
-    runs = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
-            for _ in range(RUNS)]
+    runs = [
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
+        for _ in range(RUNS)
+    ]
     return min(float(run.stdout.strip().splitlines()[-1]) for run in runs)
 
 
@@ -96,37 +104,53 @@ def main() -> None:
         "meeting_slo": int(len(met)),
         "pareto_rows": int(len(front)),
         "cold_s": cold_s,
-        "cold_note": "first plan() in a fresh process, imports excluded; best of %d processes" % RUNS,
+        "cold_note": f"first plan() in a fresh process, imports excluded; best of {RUNS} processes",
         "warm_s": warm_s,
-        "warm_note": "the same question again in the same process; best of %d" % RUNS,
+        "warm_note": f"the same question again in the same process; best of {RUNS}",
         "target_s": "tens of milliseconds (issue 4); see warm_s",
         "implied_batch_utilization_gap": gap,
-        "cheapest": None if cheapest is None else {
-            k: (v.item() if hasattr(v, "item") else v) for k, v in cheapest.drop(labels="warnings").items()
-        },
+        "cheapest": None
+        if cheapest is None
+        else {k: (v.item() if hasattr(v, "item") else v) for k, v in cheapest.drop(labels="warnings").items()},
     }
     (OUT / "planner.json").write_text(json.dumps(result, indent=2))
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.scatter(met["e2e_p95_ms"], met["cost_usd_month"], s=4, color="#BDBDBD", label="meets the SLOs")
-    ax.scatter(front["e2e_p95_ms"], front["cost_usd_month"], s=10, color="#90CAF9",
-               label="frontier with quality (cost, p95, quality)")
+    ax.scatter(
+        front["e2e_p95_ms"],
+        front["cost_usd_month"],
+        s=10,
+        color="#90CAF9",
+        label="frontier with quality (cost, p95, quality)",
+    )
     line = pareto(met, maximize=()).sort_values("e2e_p95_ms")
-    ax.step(line["e2e_p95_ms"], line["cost_usd_month"], "o-", where="post", color="#1565C0", markersize=3,
-            label="frontier on cost and p95")
+    ax.step(
+        line["e2e_p95_ms"],
+        line["cost_usd_month"],
+        "o-",
+        where="post",
+        color="#1565C0",
+        markersize=3,
+        label="frontier on cost and p95",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("end-to-end p95 (ms)")
     ax.set_ylabel("cost (USD / month)")
-    ax.set_title(f"{len(table):,} candidates, 3 models, whole catalog: {cold_s * 1e3:.0f} ms cold, "
-                 f"{warm_s * 1e3:.0f} ms warm", fontsize=9)
+    ax.set_title(
+        f"{len(table):,} candidates, 3 models, whole catalog: {cold_s * 1e3:.0f} ms cold, {warm_s * 1e3:.0f} ms warm",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(OUT / "planner.png", dpi=110)
     plt.close(fig)
-    print(f"planner: {len(table):,} candidates ({result['configurations']} configurations), {len(met):,} meet the "
-          f"SLOs, {len(front)} on the frontier; cold {cold_s * 1e3:.0f} ms, warm {warm_s * 1e3:.0f} ms; "
-          f"implied-batch fixed point within {gap:.2%} of converged")
+    print(
+        f"planner: {len(table):,} candidates ({result['configurations']} configurations), {len(met):,} meet the "
+        f"SLOs, {len(front)} on the frontier; cold {cold_s * 1e3:.0f} ms, warm {warm_s * 1e3:.0f} ms; "
+        f"implied-batch fixed point within {gap:.2%} of converged"
+    )
 
 
 if __name__ == "__main__":

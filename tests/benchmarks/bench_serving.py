@@ -42,21 +42,25 @@ def whole_catalog(gpus: list[str], models: list[str], quants: list[str]) -> pd.D
     # combos run model-major, then gpu, then quant: recover each name's index from the combination index
     model_code, rest = np.divmod(which, len(gpus) * len(quants))
     gpu_code, quant_code = np.divmod(rest, len(quants))
-    return pd.DataFrame({
-        "model": pd.Categorical.from_codes(model_code, models),
-        "gpu": pd.Categorical.from_codes(gpu_code, gpus),
-        "quant": pd.Categorical.from_codes(quant_code, quants),
-        "batch": batch,
-        "step_ms": step,
-        "aggregate_tok_s": batch * 1e3 / step,
-        "feasible": batch <= np.asarray(max_seqs)[which],
-    })
+    return pd.DataFrame(
+        {
+            "model": pd.Categorical.from_codes(model_code, models),
+            "gpu": pd.Categorical.from_codes(gpu_code, gpus),
+            "quant": pd.Categorical.from_codes(quant_code, quants),
+            "batch": batch,
+            "step_ms": step,
+            "aggregate_tok_s": batch * 1e3 / step,
+            "feasible": batch <= np.asarray(max_seqs)[which],
+        }
+    )
 
 
 def public_api(gpus: list[str], models: list[str], quants: list[str]) -> pd.DataFrame:
     frames = [
         toolkit.batching_curve(model, gpu, quant, CONTEXT_TOKENS, batch_sizes=BATCHES)
-        for model in models for gpu in gpus for quant in quants
+        for model in models
+        for gpu in gpus
+        for quant in quants
     ]
     return pd.concat(frames, ignore_index=True)
 
@@ -67,11 +71,16 @@ def figure(table: pd.DataFrame, path: Path) -> None:
     for gpu in ["T4", "L4", "RTX 4090", "A100 80GB", "H100 SXM", "H200", "B200"]:
         curve = picks[picks["gpu"] == gpu]
         ok = curve[curve["feasible"]]
-        line, = ax.plot(ok["batch"], ok["aggregate_tok_s"], label=gpu)
+        (line,) = ax.plot(ok["batch"], ok["aggregate_tok_s"], label=gpu)
         rest = curve[~curve["feasible"]]
         ax.plot(rest["batch"], rest["aggregate_tok_s"], ls=":", color=line.get_color())
-    ax.set(xscale="log", yscale="log", xlabel="running sequences (batch)", ylabel="decode tokens/s (all sequences)",
-           title=f"Llama-3.1-8B bf16 at {CONTEXT_TOKENS} context (dotted: beyond the KV budget)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="running sequences (batch)",
+        ylabel="decode tokens/s (all sequences)",
+        title=f"Llama-3.1-8B bf16 at {CONTEXT_TOKENS} context (dotted: beyond the KV budget)",
+    )
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

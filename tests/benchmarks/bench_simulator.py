@@ -34,15 +34,35 @@ SIZES = (10_000, 30_000, 100_000)
 TARGET_S = 2.0
 RUNS = 2
 SCENARIOS = {
-    "chat": dict(model="Llama-3.1-8B", gpu="H100 SXM", quant="fp16", prompt_tokens=("lognormal", 512, 1.0),
-                 output_tokens=("geometric", 256), arrival_rate=20.0),
-    "chat_4_replicas": dict(model="Llama-3.1-8B", gpu="H100 SXM", quant="fp16",
-                            prompt_tokens=("lognormal", 512, 1.0), output_tokens=("geometric", 256),
-                            arrival_rate=80.0, replicas=4, routing="least_loaded"),
-    "kv_pressure": dict(model="Llama-3.1-8B", gpu="L4", quant="fp16", prompt_tokens=1024,
-                        output_tokens=("geometric", 512), arrival_rate=0.4),
-    "closed_loop": dict(model="Llama-3.1-8B", gpu="H100 SXM", quant="fp16", prompt_tokens=512,
-                        output_tokens=256, concurrency=64),
+    "chat": dict(
+        model="Llama-3.1-8B",
+        gpu="H100 SXM",
+        quant="fp16",
+        prompt_tokens=("lognormal", 512, 1.0),
+        output_tokens=("geometric", 256),
+        arrival_rate=20.0,
+    ),
+    "chat_4_replicas": dict(
+        model="Llama-3.1-8B",
+        gpu="H100 SXM",
+        quant="fp16",
+        prompt_tokens=("lognormal", 512, 1.0),
+        output_tokens=("geometric", 256),
+        arrival_rate=80.0,
+        replicas=4,
+        routing="least_loaded",
+    ),
+    "kv_pressure": dict(
+        model="Llama-3.1-8B",
+        gpu="L4",
+        quant="fp16",
+        prompt_tokens=1024,
+        output_tokens=("geometric", 512),
+        arrival_rate=0.4,
+    ),
+    "closed_loop": dict(
+        model="Llama-3.1-8B", gpu="H100 SXM", quant="fp16", prompt_tokens=512, output_tokens=256, concurrency=64
+    ),
 }
 
 
@@ -82,8 +102,7 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, res in results.items():
-        ax.plot([r["requests"] for r in res["timings"]], [r["cpu_s"] for r in res["timings"]],
-                marker="o", label=name)
+        ax.plot([r["requests"] for r in res["timings"]], [r["cpu_s"] for r in res["timings"]], marker="o", label=name)
     ax.axhline(TARGET_S, color="grey", linestyle="--", linewidth=1, label=f"target {TARGET_S:g} s / 100k")
     ax.set_xlabel("requests simulated")
     ax.set_ylabel("CPU time (s, one core)")

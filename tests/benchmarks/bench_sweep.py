@@ -33,8 +33,9 @@ LIMITS = (1, 8, 32)
 def main() -> None:
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "streaming_server.py"), str(TOKENS_PER_LANE)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = int(server.stdout.readline())
         prompts = [f"lane {i}" for i in range(LANES)]
@@ -43,13 +44,28 @@ def main() -> None:
         rows = []
         for limit in LIMITS:
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            result = toolkit.run_sweep(f"http://127.0.0.1:{port}", "bench", prompts, limits=(limit,),
-                                       max_tokens=TOKENS_PER_LANE, progress=False)  # fmt: skip
+            result = toolkit.run_sweep(
+                f"http://127.0.0.1:{port}",
+                "bench",
+                prompts,
+                limits=(limit,),
+                max_tokens=TOKENS_PER_LANE,
+                progress=False,
+            )
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             tokens = float(result.levels["output_tokens"].sum())
-            rows.append({"in_flight": limit, "lanes": LANES, "tokens": tokens, "client_cpu_s": cpu, "wall_s": wall,
-                         "cpu_us_per_token": cpu / tokens * 1e6, "one_core_tok_s": tokens / cpu,
-                         "observed_tok_s": tokens / wall})  # fmt: skip
+            rows.append(
+                {
+                    "in_flight": limit,
+                    "lanes": LANES,
+                    "tokens": tokens,
+                    "client_cpu_s": cpu,
+                    "wall_s": wall,
+                    "cpu_us_per_token": cpu / tokens * 1e6,
+                    "one_core_tok_s": tokens / cpu,
+                    "observed_tok_s": tokens / wall,
+                }
+            )
     finally:
         server.terminate()
         server.wait(10)
@@ -71,8 +87,10 @@ def main() -> None:
     ax.set_title(f"Sweep harness overhead ({LANES} lanes x {TOKENS_PER_LANE} tokens)", fontsize=9)
     fig.tight_layout()
     fig.savefig(OUT / "sweep.png", dpi=120)
-    print(f"sweep harness: {top['cpu_us_per_token']:.1f} µs client CPU per token at 32 lanes "
-          f"-> one core sustains {top['one_core_tok_s']:,.0f} tok/s")  # fmt: skip
+    print(
+        f"sweep harness: {top['cpu_us_per_token']:.1f} µs client CPU per token at 32 lanes "
+        f"-> one core sustains {top['one_core_tok_s']:,.0f} tok/s"
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,3 @@
+"""Calibration: fitting the cost model's efficiencies to measurements and predicting sweeps with them."""
+
+__all__: list[str] = []

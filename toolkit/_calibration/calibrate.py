@@ -1,0 +1,180 @@
+"""Close the loop: measure the host, fit the serving model to a sweep, and score predictions.
+
+``calibrate`` fits the efficiencies of the one cost model (``mbu``, ``mfu``, ``step_overhead_ms``,
+``request_overhead_ms``) to a sweep's TTFT and TPOT (the mapping is in :mod:`toolkit._calibration.fit`);
+``predict_sweep`` predicts a closed-loop sweep with the simulator; ``accuracy`` compares the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from toolkit._args import check_choice, check_int, check_number
+from toolkit._calibration import fit as _fit
+from toolkit._model.memory import efficiency_value
+from toolkit._model.serving import cost_model
+
+__all__ = ["accuracy", "calibrate"]
+
+# accuracy metric -> the level columns that may hold it (a sweep's levels, or a plain per-metric name)
+_METRICS = {
+    "dec_tok_s": ("dec_tok_s",),
+    "ttft_ms": ("ttft_p50_ms", "ttft_ms"),
+    "tpot_ms": ("tpot_p50_ms", "tpot_ms"),
+}
+
+
+def _gpu_name(gpu: object) -> str:
+    if isinstance(gpu, pd.DataFrame) and "name" in gpu.columns:
+        return str(gpu["name"].iloc[0])
+    if isinstance(gpu, (pd.Series, Mapping)) and "name" in gpu:
+        return str(gpu["name"])
+    return str(gpu)
+
+
+def calibrate(
+    lanes_or_levels: object,
+    model: object,
+    gpu: object,
+    quant: object,
+    tensor_parallel: int = 1,
+    kv_dtype: object = "fp16",
+    fit: Sequence[str] = _fit.DEFAULT_FIT,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+) -> pd.DataFrame:
+    """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
+
+    Bounded least squares (``scipy.optimize.least_squares``) of the relative residuals
+    ``predicted / measured - 1`` over every observation, predicted with ``CostModel.step_ms`` and
+    ``CostModel.ttft_ms`` only. The mapping (details in :mod:`toolkit._calibration.fit`): a lane's TPOT is one
+    decode step of ``b`` sequences at the lane's mean context (prompt plus half its output), ``b``
+    being the number of requests in flight while it decoded (from the lanes' start and end times
+    where recorded, else its level's achieved concurrency, summed inference time / wall clock, else
+    ``min(in_flight, lanes)``). Its TTFT is the prefill of its uncached prompt
+    (``prompt_tokens - cached_tokens``), in one step with the prompts that arrived with it and the
+    sequences already decoding, plus half a decode step of waiting when others decode, plus the
+    request overhead. Parameters the data cannot constrain (e.g. ``mbu`` when every step is
+    compute-bound) stay where the fit started and report a NaN or large standard error.
+
+    Parameters
+    ----------
+    lanes_or_levels : pandas.DataFrame or SweepResult
+        ``SweepResult.lanes`` (one observation pair per finished lane attempt), ``SweepResult.levels``
+        (one pair per level, from ``ttft_p50_ms`` / ``tpot_p50_ms`` and per-lane mean tokens) or a
+        ``SweepResult`` (its lanes, with the achieved concurrency of its levels).
+    model, gpu, quant : str or spec
+        As in :func:`toolkit.cost_model`; ``gpu`` may be a GPU name or the row of
+        :func:`toolkit.measure_host`.
+    tensor_parallel : int
+        GPUs per replica.
+    kv_dtype : str or spec
+        KV-cache format.
+    fit : sequence of str
+        The parameters to fit, a subset of ``mbu``, ``mfu``, ``step_overhead_ms``,
+        ``request_overhead_ms``; the others keep their defaults from ``data/efficiency.csv``.
+    bounds : dict, optional
+        ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
+        (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row, accepted as ``calibration=`` by ``cost_model``, ``batching_curve``, ``ttft_ms``,
+        ``simulate`` and ``plan``: ``mbu``, ``mfu`` (fractions), ``step_overhead_ms``,
+        ``request_overhead_ms`` (ms); their standard errors ``mbu_se`` ... (same units, NaN where
+        unconstrained); ``residual_rms`` (RMS relative residual over all observations),
+        ``ttft_residual_rms``, ``tpot_residual_rms``; ``n_obs``, ``n_ttft``, ``n_tpot``; ``fitted``
+        (the fitted names, comma-separated); ``model``, ``gpu``, ``quant``, ``tensor_parallel``,
+        ``kv_dtype``.
+    """
+    fit = tuple(fit)
+    if not fit:
+        raise ValueError(f"fit must name at least one of {', '.join(_fit.PARAMETERS)}")
+    for name in fit:
+        check_choice("fit", name, _fit.PARAMETERS)
+    limits = dict(_fit.BOUNDS)
+    for name, pair in (bounds or {}).items():
+        check_choice("bounds", name, _fit.PARAMETERS)
+        low = check_number(f"bounds[{name!r}] low", pair[0], low=0)
+        high = pair[1] if pair[1] == np.inf else check_number(f"bounds[{name!r}] high", pair[1], low=low)
+        if not high > low:
+            raise ValueError(f"bounds[{name!r}] must have low < high, got {pair!r}")
+        limits[name] = (low, high)
+    tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
+    obs = _fit.observations(lanes_or_levels)
+
+    base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)
+    defaults = {name: float(efficiency_value(name)) for name in _fit.PARAMETERS}
+    for name in fit:  # a default outside user bounds would make an infeasible start
+        low, high = limits[name]
+        defaults[name] = float(np.clip(defaults[name], low, high))
+
+    def build(**params):
+        return cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, **params)
+
+    result = _fit.fit(obs, build, defaults, fit, limits)
+    row: dict[str, object] = dict(result["params"])
+    row.update({f"{name}_se": result["se"].get(name, np.nan) for name in _fit.PARAMETERS})
+    row["residual_rms"] = result["rms"]
+    row["ttft_residual_rms"] = result["rms_by_kind"].get("ttft", np.nan)
+    row["tpot_residual_rms"] = result["rms_by_kind"].get("tpot", np.nan)
+    row["n_obs"] = len(obs)
+    row["n_ttft"] = int((obs["kind"] == "ttft").sum())
+    row["n_tpot"] = int((obs["kind"] == "tpot").sum())
+    row["fitted"] = ",".join(fit)
+    row.update(
+        {
+            "model": base.model["name"],
+            "gpu": _gpu_name(gpu),
+            "quant": base.quant["name"],
+            "tensor_parallel": tensor_parallel,
+            "kv_dtype": base.kv_dtype["name"],
+        }
+    )
+    return pd.DataFrame([row])
+
+
+def accuracy(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Compare predicted and measured sweep levels, metric by metric.
+
+    Parameters
+    ----------
+    predicted, measured : pandas.DataFrame
+        Level frames with ``in_flight`` and any of ``dec_tok_s`` (tokens/s), ``ttft_p50_ms`` (or
+        ``ttft_ms``) and ``tpot_p50_ms`` (or ``tpot_ms``), e.g. ``SweepResult.levels`` and the
+        levels of a prediction. Levels present in both are compared.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per level and metric: ``in_flight``, ``metric`` (``dec_tok_s``, ``ttft_ms``,
+        ``tpot_ms``), ``predicted``, ``measured`` (tokens/s or ms), ``rel_err`` =
+        (predicted - measured) / measured (NaN where the measurement is missing or zero).
+    """
+    for argument, frame in (("predicted", predicted), ("measured", measured)):
+        if not isinstance(frame, pd.DataFrame) or "in_flight" not in frame.columns:
+            raise ValueError(f"{argument} must be a DataFrame of levels with an 'in_flight' column")
+    rows = []
+    for metric, candidates in _METRICS.items():
+        p_col = next((c for c in candidates if c in predicted.columns), None)
+        m_col = next((c for c in candidates if c in measured.columns), None)
+        if p_col is None or m_col is None:
+            continue
+        both = pd.merge(
+            predicted[["in_flight", p_col]].rename(columns={p_col: "predicted"}),
+            measured[["in_flight", m_col]].rename(columns={m_col: "measured"}),
+            on="in_flight",
+        )
+        both.insert(1, "metric", metric)
+        rows.append(both)
+    if not rows:
+        raise ValueError("predicted and measured share no metric: give dec_tok_s, ttft_p50_ms or tpot_p50_ms in both")
+    out = pd.concat(rows, ignore_index=True)
+    out["predicted"] = out["predicted"].astype(float)
+    out["measured"] = out["measured"].astype(float)
+    meas = out["measured"].where(out["measured"] != 0)
+    out["rel_err"] = (out["predicted"] - meas) / meas
+    return out.sort_values(["metric", "in_flight"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,113 @@
+"""Measure this machine as if it were an accelerator, so the serving model can be run on it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["measure_host"]
+
+# A 256 MiB source array: larger than any per-core cache, and one copy moves 512 MiB (read + write),
+# so a best-of-a-few measurement stays well under a second.
+_COPY_BYTES = 256 * 2**20
+_GEMM_N = 2048
+_REPEATS = 3
+
+
+def measure_host() -> pd.DataFrame:
+    """Measure this machine's memory bandwidth and matrix throughput as a device spec.
+
+    The row can be passed wherever a GPU name is accepted (``gpu=`` of ``cost_model``,
+    ``batching_curve``, ``ttft_ms``, ``simulate`` and ``plan``), so the serving model can predict what
+    a CPU server such as llama.cpp's ``llama-server`` does on this host.
+
+    Takes about a second: a few 512 MiB copies and a few 2048^3 float32 products.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row with the columns
+
+        - ``name``: ``"host-cpu: <CPU model name>"``.
+        - ``bandwidth_gb_s``: memory bandwidth in GB/s (1e9 bytes), the best of a few copies of a
+          256 MiB float64 array with ``numpy.copyto``, counting bytes read plus bytes written. The
+          copy runs on one thread, so it is a floor on what all cores together can stream.
+        - ``matmul_gflops``: float32 GEMM throughput in GFLOP/s, ``2 n^3`` over the best time of a
+          few ``2048 x 2048`` products through numpy's BLAS (all its threads).
+        - ``fp16_tflops``: ``matmul_gflops / 1000``. The serving model's compute term divides FLOPs
+          by ``fp16_tflops``; on a CPU the float32 GEMM rate is the matrix rate that is actually
+          available, so it stands in for the accelerator's dense FP16 rate.
+        - ``fp8_tflops``: NaN (no FP8 matrix unit is measured).
+        - ``memory_gb``: physical memory in GB (1e9 bytes), from ``os.sysconf``.
+        - ``cores``: CPUs this process may run on.
+        - ``price_usd_hour``: NaN. A machine one already runs has no on-demand price; NaN makes
+          every cost computed from it NaN rather than a misleading zero.
+        - ``source``: ``"measured on this machine <ISO date>"``.
+    """
+    bandwidth = _copy_bandwidth_gb_s()
+    gflops = _gemm_gflops()
+    return pd.DataFrame(
+        [
+            {
+                "name": f"host-cpu: {_cpu_model_name()}",
+                "bandwidth_gb_s": bandwidth,
+                "matmul_gflops": gflops,
+                "fp16_tflops": gflops / 1000.0,
+                "fp8_tflops": float("nan"),
+                "memory_gb": _memory_bytes() / 1e9,
+                "cores": _cores(),
+                "price_usd_hour": float("nan"),
+                "source": f"measured on this machine {_dt.date.today().isoformat()}",
+            }
+        ]
+    )
+
+
+def _copy_bandwidth_gb_s() -> float:
+    src = np.ones(_COPY_BYTES // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # first touch: page faults are not bandwidth
+    best = min(_timed(np.copyto, dst, src) for _ in range(_REPEATS))
+    return 2 * src.nbytes / best / 1e9
+
+
+def _gemm_gflops() -> float:
+    rng = np.random.default_rng(0)
+    a = rng.random((_GEMM_N, _GEMM_N), dtype=np.float32)
+    b = rng.random((_GEMM_N, _GEMM_N), dtype=np.float32)
+    a @ b  # warm-up: BLAS thread pool start-up
+    best = min(_timed(np.matmul, a, b) for _ in range(_REPEATS))
+    return 2 * _GEMM_N**3 / best / 1e9
+
+
+def _timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def _cpu_model_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _memory_bytes() -> float:
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

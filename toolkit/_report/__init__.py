@@ -1,0 +1,3 @@
+"""Charts and the self-contained HTML report."""
+
+__all__: list[str] = []

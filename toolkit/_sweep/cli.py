@@ -1,0 +1,160 @@
+"""``python -m toolkit sweep``: run a concurrency sweep from the command line.
+
+Prompts file: ``.jsonl`` with one lane per line (a JSON string, ``{"prompt": "..."}`` or
+``{"messages": [...]}``), or any other text file with one prompt per non-empty line. The API key is
+read from the environment (``--api-key-env``, default ``TOOLKIT_API_KEY``), never from the command
+line, where it would land in shell history and ``ps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__: list[str] = []
+
+DEFAULT_COLUMNS = [
+    "in_flight",
+    "wall_s",
+    "speedup",
+    "llm_sum_s",
+    "dec_tok_s",
+    "lanes_ok",
+    "prefix_hit_rate",
+    "ttft_p50_ms",
+    "tpot_p50_ms",
+    "verdict",
+]
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``sweep`` to the ``python -m toolkit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The parent parser's subparsers; ``sweep`` is added with ``func`` set.
+
+    Returns
+    -------
+    None
+    """
+    p = subparsers.add_parser(
+        "sweep",
+        help="measure an OpenAI-compatible server at several in-flight limits (or request rates)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="server root, e.g. http://127.0.0.1:8000")
+    where.add_argument("--local", action="store_true", help="start the local llama-server (Gemma-3-270M) and sweep it")
+    p.add_argument("--model", help="model name (default: the first one the server lists)")
+    p.add_argument("--prompts", type=Path, help="prompts file (default with --local: the built-in lane set)")
+    p.add_argument("--system-file", type=Path, help="shared system prompt put before every prompt")
+    p.add_argument("--lanes", type=int, default=8, help="lanes of the built-in set (--local without --prompts)")
+    p.add_argument("--limits", type=_ints, default=(1, 2, 4, 8, 16, 32), help="in-flight limits, e.g. 1,2,4,8")
+    p.add_argument("--rates", type=_floats, help="open-loop request rates (req/s) instead of --limits, e.g. 0.5,1,2")
+    p.add_argument("--arrival", default="poisson", choices=("poisson", "gamma"))
+    p.add_argument(
+        "--ca2", type=float, default=1.0, help="gamma arrivals' squared coefficient of variation (1 = Poisson)"
+    )
+    p.add_argument("--max-in-flight", type=int, help="concurrency cap for --rates")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--attempts", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--timeout-s", type=float, default=600.0, help="limit per request (s)")
+    p.add_argument("--deadline-s", type=float, help="limit for the whole sweep (s)")
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--metrics-url", help="Prometheus page (default: <base-url>/metrics)")
+    p.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
+    p.add_argument("--no-tag", action="store_true", help="do not tag prompts per level")
+    p.add_argument("--extra-body", type=json.loads, help="extra JSON request fields, e.g. '{\"temperature\": 0}'")
+    p.add_argument("--api-key-env", default="TOOLKIT_API_KEY", help="environment variable holding the API key")
+    p.add_argument("--out", type=Path, help="folder for lanes.jsonl, runs.csv, levels.csv, run.json")
+    p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from toolkit._sweep.api import run_sweep
+    from toolkit._sweep.llama_server import LlamaServer
+    from toolkit._sweep.prompts import lane_prompts
+
+    system = args.system_file.read_text(encoding="utf-8") if args.system_file else None
+    if args.prompts is not None:
+        prompts = read_prompts(args.prompts)
+    elif args.local:
+        system, prompts = lane_prompts(args.lanes)
+    else:
+        print("--prompts is required with --base-url", file=sys.stderr)
+        return 2
+    metrics_url = False if args.no_metrics else args.metrics_url
+    kwargs = dict(
+        limits=args.limits,
+        max_tokens=args.max_tokens,
+        attempts=args.attempts,
+        tag_levels=not args.no_tag,
+        metrics_url=metrics_url,
+        out_dir=args.out,
+        resume=args.resume,
+        timeout_s=args.timeout_s,
+        rates=args.rates,
+        arrival=args.arrival,
+        ca2=args.ca2,
+        max_in_flight=args.max_in_flight,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_tpot_ms=args.slo_tpot_ms,
+        repeats=args.repeats,
+        deadline_s=args.deadline_s,
+        system_prompt=system,
+        extra_body=args.extra_body,
+        api_key_env=args.api_key_env,
+        progress=not args.quiet,
+    )
+    if args.local:
+        with LlamaServer(parallel=max(args.limits)) as server:
+            result = run_sweep(server.base_url, args.model, prompts, **kwargs)
+    else:
+        result = run_sweep(args.base_url, args.model, prompts, **kwargs)
+    print(result.levels[[c for c in DEFAULT_COLUMNS if c in result.levels]].to_string(index=False))
+    if args.out is not None:
+        print(f"written to {args.out}", file=sys.stderr)
+    if result.stopped:
+        print(f"stopped early: {result.stopped}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def read_prompts(path: str | os.PathLike) -> list:
+    """Lanes from a prompts file: JSON lines (string, ``prompt`` or ``messages``) or one per text line."""
+    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if Path(path).suffix != ".jsonl":
+        return lines
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        obj = json.loads(line)
+        if isinstance(obj, dict):
+            obj = obj.get("messages", obj.get("prompt"))
+        if obj is None:
+            raise ValueError(f"{path}:{n}: expected a string, {{'prompt': ...}} or {{'messages': [...]}}")
+        prompts.append(obj)
+    return prompts
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
