@@ -68,7 +68,7 @@ def test_no_notebook_imports_private_modules():
 
 @pytest.mark.parametrize("entry", ["cost_model", "plan", "simulate"])
 def test_every_tunable_efficiency_moves_every_entry_point(entry):
-    from toolkit._model.serving import TUNABLE_EFFICIENCIES
+    from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
 
     defaults = toolkit.efficiency_defaults()["value"]
     # tensor parallel 2 so that the all-reduce terms count; a short prompt keeps decode memory-bound

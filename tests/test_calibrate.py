@@ -12,7 +12,9 @@ import toolkit
 from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._calibration.predict import predict_sweep
 from toolkit._data import has_data, load_csv
-from toolkit._model.serving import batching_curve, cost_model, efficiency_defaults, ttft_ms
+from toolkit._model.curves import batching_curve
+from toolkit._model.efficiency import efficiency_defaults
+from toolkit._model.serving import cost_model, ttft_ms
 from toolkit._queueing.simulator import simulate
 from toolkit._validation import closed_loop as _closed_loop
 from toolkit._validation import reference_check as _reference_check

@@ -28,11 +28,11 @@ _EXPORTS: dict[str, str] = {
     # serving model
     "kv_bytes_per_token": "_model.memory",
     "memory": "_model.memory",
-    "CostModel": "_model.serving",
+    "CostModel": "_model.cost",
     "cost_model": "_model.serving",
     "ttft_ms": "_model.serving",
-    "batching_curve": "_model.serving",
-    "efficiency_defaults": "_model.serving",
+    "batching_curve": "_model.curves",
+    "efficiency_defaults": "_model.efficiency",
     # queueing
     "erlang_c": "_queueing.closed_forms",
     "queue_wait": "_queueing.closed_forms",

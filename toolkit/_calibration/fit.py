@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from toolkit._model.serving import TUNABLE_EFFICIENCIES, CostModel
+from toolkit._model.cost import CostModel
+from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
 
 __all__: list[str] = []
 

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_array, check_int
-from toolkit._model.serving import CostModel, cost_model
+from toolkit._model.cost import CostModel
+from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
 
 __all__: list[str] = []

@@ -60,7 +60,8 @@ from toolkit._model.catalog import gpus as gpu_catalog
 from toolkit._model.catalog import models as model_catalog
 from toolkit._model.catalog import quantizations as quant_catalog
 from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_model, resolve_quant
-from toolkit._model.serving import TUNABLE_EFFICIENCIES, _calibration_mapping, cost_model
+from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping
+from toolkit._model.serving import cost_model
 from toolkit._queueing.closed_forms import _waits, workload_presets
 
 __all__ = ["plan"]

@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
-from toolkit._model.serving import MAX_BATCH, MAX_TOKENS, cost_model
+from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
+from toolkit._model.serving import cost_model
 from toolkit._queueing.arrivals import ARRIVALS, inter_arrival_gaps_s
 
 __all__ = ["SimulationResult", "simulate"]

@@ -419,7 +419,7 @@ def _frontier_section(out: Path) -> _Section:
 
 
 def _batching_section(reference: pd.DataFrame, out: Path) -> _Section:
-    from toolkit._model.serving import batching_curve
+    from toolkit._model.curves import batching_curve
 
     curve = batching_curve(**REFERENCE_SETUP)
     curve.to_csv(out / "batching_curve.csv", index=False)

@@ -36,7 +36,8 @@ from toolkit._args import check_choice, check_int
 from toolkit._calibration.calibrate import calibrate
 from toolkit._calibration.predict import predict_sweep
 from toolkit._data import load_csv
-from toolkit._model.serving import batching_curve, cost_model
+from toolkit._model.curves import batching_curve
+from toolkit._model.serving import cost_model
 
 __all__: list[str] = []
 

@@ -1,0 +1,236 @@
+"""The one cost model of an engine iteration.
+
+One engine iteration (a "step") decodes one token for each of ``n`` running sequences holding ``K``
+KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also spans ``C`` earlier
+(cached) tokens. The formulas are in :class:`CostModel`'s docstring and in the module docstring of
+:mod:`toolkit._model.serving`, which builds a CostModel from catalog specs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolkit._args import check_array
+from toolkit._model.efficiency import _SCALARS, _nonneg
+from toolkit._model.memory import (
+    _layer_split,
+    _max_seqs,
+    efficiency_value,
+)
+
+__all__ = ["CostModel"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The serving cost model of one model on one GPU type, with every spec looked up once.
+
+    Build it with :func:`cost_model`. All byte and FLOP figures are per GPU. Methods are vectorised
+    with numpy broadcasting; see the module docstring for the formulas.
+
+    Attributes
+    ----------
+    model, gpu, quant, kv_dtype : dict
+        The resolved specs. ``backend`` is a dict or None.
+    tensor_parallel : int
+        GPUs per replica.
+    mbu, mfu : float
+        Memory-bandwidth utilisation (after the tensor-parallel factor) and FLOPs utilisation.
+    step_overhead_ms, request_overhead_ms, allreduce_latency_us : float
+        Fixed costs per engine step, per request, per all-reduce.
+    bandwidth_gb_s, tflops, interconnect_gb_s : float
+        GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
+    weights_bytes, shared_weights_bytes, expert_bytes : float
+        Weights per GPU; of which shared (non-expert); one expert's weights over all layers.
+    kv_bytes_per_token, kv_layer_bytes : float
+        KV bytes per token per GPU (every layer), and per layer.
+    active_params : float
+        Active parameters (MoE: per token), count.
+    body_flops_per_token, logits_flops_per_token, attention_flops_per_pair : float
+        Per GPU: 2 x non-embedding active parameters; 2 x vocab x hidden; 4 x heads x head_dim.
+    kv_budget_bytes : float
+        KV budget per GPU with the activation reserve of ``max_num_batched_tokens``.
+    kv_budget_tokens : int
+        Tokens that budget holds (whole blocks of ``kv_block_tokens``).
+    max_batch : float
+        The backend's cap on decoded sequences (inf when none).
+    """
+
+    model: dict
+    gpu: dict
+    quant: dict
+    kv_dtype: dict
+    backend: dict | None
+    tensor_parallel: int
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int
+    mbu: float
+    mfu: float
+    step_overhead_ms: float
+    request_overhead_ms: float
+    allreduce_latency_us: float
+    bandwidth_gb_s: float
+    tflops: float
+    interconnect_gb_s: float
+    weights_bytes: float
+    shared_weights_bytes: float
+    expert_bytes: float
+    kv_bytes_per_token: float
+    kv_layer_bytes: float
+    active_params: float
+    body_flops_per_token: float
+    logits_flops_per_token: float
+    attention_flops_per_pair: float
+    kv_budget_bytes: float
+    kv_budget_tokens: int
+    kv_block_tokens: int
+    max_batch: float
+
+    def _terms(self, n, kv, p, c):
+        """(memory_ms, compute_ms, overhead_ms) for validated floats or arrays (the one formula)."""
+        c = c * (p > 0)
+        full, windowed, window = _layer_split(self.model)
+        tokens = n + p
+
+        decode_kv = full * kv  # per-layer token reads (and attention pairs) of the decoding sequences
+        context_kv = full * c
+        pairs = full * (p * c + p * (p + 1) / 2)
+        if windowed:
+            decode_kv = decode_kv + windowed * np.minimum(kv, n * window)
+            context_kv = context_kv + windowed * np.minimum(c, window)
+            uncapped = np.minimum(np.maximum(window - c, 0), p)  # prompt tokens whose keys fit in the window
+            pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
+
+        experts = self.model["experts"]
+        weights = self.weights_bytes
+        if experts:
+            touched = experts * (1 - (1 - self.model["experts_per_token"] / experts) ** tokens)
+            weights = self.shared_weights_bytes + self.expert_bytes * touched
+        read = weights + self.kv_layer_bytes * (decode_kv + context_kv + self.model["layers"] * tokens)
+        memory_ms = read / (self.bandwidth_gb_s * 1e9 * self.mbu) * 1e3
+
+        flops = (
+            self.body_flops_per_token * tokens
+            + self.logits_flops_per_token * n
+            + self.attention_flops_per_pair * (decode_kv + pairs)
+        )
+        compute_ms = flops / (self.tflops * 1e12 * self.mfu) * 1e3
+
+        overhead_ms = self.step_overhead_ms + 0 * tokens
+        tp = self.tensor_parallel
+        if tp > 1:
+            message = tokens * self.model["hidden_size"] * efficiency_value("activation_bytes_per_value")
+            ring_ms = 2 * (tp - 1) / tp * message / (self.interconnect_gb_s * 1e9) * 1e3
+            overhead_ms = overhead_ms + 2 * self.model["layers"] * (self.allreduce_latency_us / 1e3 + ring_ms)
+        return memory_ms, compute_ms, overhead_ms
+
+    def step_terms(
+        self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
+    ) -> dict[str, np.ndarray]:
+        """The parts of one engine step, in ms (broadcast over the inputs).
+
+        Parameters
+        ----------
+        decode_seqs : int or array-like
+            Sequences decoding one token this step (>= 0).
+        kv_tokens : int or array-like
+            KV tokens those sequences hold in total (>= 0).
+        prefill_tokens : int or array-like
+            New prompt tokens prefilled this step (>= 0).
+        prefill_context_tokens : int or array-like
+            Earlier tokens the prefilled tokens attend to (>= 0).
+
+        Returns
+        -------
+        dict of numpy.ndarray
+            ``memory_ms``, ``compute_ms``, ``overhead_ms`` (step overhead plus all-reduce), ``step_ms``.
+        """
+        n = _nonneg("decode_seqs", decode_seqs)
+        kv = _nonneg("kv_tokens", kv_tokens)
+        p = _nonneg("prefill_tokens", prefill_tokens)
+        c = _nonneg("prefill_context_tokens", prefill_context_tokens)
+        memory_ms, compute_ms, overhead_ms = self._terms(n, kv, p, c)
+        step = np.maximum(memory_ms, compute_ms) + overhead_ms
+        shape = np.broadcast_shapes(n.shape, kv.shape, p.shape, c.shape)
+        return {
+            "memory_ms": np.broadcast_to(memory_ms, shape),
+            "compute_ms": np.broadcast_to(compute_ms, shape),
+            "overhead_ms": np.broadcast_to(overhead_ms, shape),
+            "step_ms": np.broadcast_to(step, shape),
+        }
+
+    def step_ms(
+        self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
+    ) -> float | np.ndarray:
+        """Duration of one engine iteration in ms: max(memory, compute) + step overhead (+ all-reduce).
+
+        Parameters
+        ----------
+        decode_seqs : int or array-like
+            Sequences decoding one token this step (>= 0).
+        kv_tokens : int or array-like
+            KV tokens those sequences hold in total (>= 0).
+        prefill_tokens : int or array-like
+            New prompt tokens prefilled this step (>= 0).
+        prefill_context_tokens : int or array-like
+            Earlier (cached) tokens the prefilled tokens attend to (>= 0).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            Step time in ms; a float when every input is a scalar.
+        """
+        args = (decode_seqs, kv_tokens, prefill_tokens, prefill_context_tokens)
+        if all(isinstance(a, _SCALARS) and not isinstance(a, bool) and 0 <= a < math.inf for a in args):
+            # scalar fast path for simulators stepping one iteration at a time; same formula
+            memory_ms, compute_ms, overhead_ms = self._terms(*(float(a) for a in args))
+            return float(max(memory_ms, compute_ms) + overhead_ms)
+        step = self.step_terms(*args)["step_ms"]
+        return float(step) if step.ndim == 0 else np.array(step)
+
+    def ttft_ms(self, prompt_tokens: object, cached_tokens: object = 0) -> float | np.ndarray:
+        """Time to first token in ms: prefill of the uncached part of the prompt plus the request overhead.
+
+        Parameters
+        ----------
+        prompt_tokens : int or array-like
+            Prompt length in tokens (>= 1).
+        cached_tokens : int or array-like
+            Leading prompt tokens already in the prefix cache (0 <= cached <= prompt). At least one
+            token is always computed, as engines do on a full cache hit.
+
+        Returns
+        -------
+        float or numpy.ndarray
+            TTFT in ms; a float when both inputs are scalars.
+        """
+        prompt = _nonneg("prompt_tokens", prompt_tokens)
+        cached = _nonneg("cached_tokens", cached_tokens)
+        if np.any(prompt < 1):
+            raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens!r}")
+        if np.any(cached > prompt):
+            raise ValueError("cached_tokens must be <= prompt_tokens")
+        new = np.maximum(prompt - cached, 1)
+        ttft = self.step_ms(0, 0, new, prompt - new) + self.request_overhead_ms
+        return ttft
+
+    def max_concurrent_seqs(self, context_tokens: object) -> int | np.ndarray:
+        """KV-bound number of sequences of ``context_tokens`` tokens the KV budget holds (whole blocks).
+
+        Parameters
+        ----------
+        context_tokens : int or array-like
+            Tokens each sequence holds (>= 1).
+
+        Returns
+        -------
+        int or numpy.ndarray
+            Sequences (0 when not even one fits); not capped by the backend's ``max_batch``.
+        """
+        tokens = check_array("context_tokens", context_tokens, low=1)
+        budget = {"kv_budget": self.kv_budget_bytes, "kv_layer_bytes": self.kv_layer_bytes}
+        seqs = _max_seqs(self.model, budget, tokens, self.kv_block_tokens)
+        return int(seqs[0]) if np.ndim(context_tokens) == 0 else seqs

@@ -1,0 +1,93 @@
+"""The tunable efficiencies of the serving model: their one list, defaults, calibration overrides and input limits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from toolkit._args import check_number
+from toolkit._data import load_csv
+from toolkit._model.memory import (
+    efficiency_value,
+)
+
+__all__ = ["efficiency_defaults"]
+
+
+# The one list of efficiencies a calibration may replace, with their allowed ranges (low, high, low
+# inclusive). The planner, the fit, calibrate() and the report all read this dict.
+TUNABLE_EFFICIENCIES: dict[str, tuple[float, float | None, bool]] = {
+    "mbu": (0.0, 1.0, False),
+    "mfu": (0.0, 1.0, False),
+    "step_overhead_ms": (0.0, None, True),
+    "request_overhead_ms": (0.0, None, True),
+    "tp_mbu_factor": (0.0, 1.0, False),
+    "allreduce_latency_us": (0.0, None, True),
+}
+
+
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+# Validation ceilings, far beyond any real model or engine: they keep token x batch products inside
+# int64 and float precision, so an absurd input is a ValueError rather than an overflow.
+MAX_TOKENS = 10**9
+
+
+MAX_BATCH = 10**6
+
+
+def efficiency_defaults() -> pd.DataFrame:
+    """The default efficiencies and constants of the serving model, with their sources.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``parameter`` (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``,
+        ``tp_mbu_factor``, ``allreduce_latency_us``, ``reserved_gb``, ``activation_bytes_per_value``,
+        ``kv_block_tokens``, ``gpu_memory_utilization``, ``max_num_batched_tokens``) with columns
+        ``value``, ``unit`` and ``source``. ``efficiency_defaults()["value"]`` is a valid calibration.
+    """
+    return load_csv("efficiency.csv").set_index("parameter")
+
+
+def _calibration_mapping(calibration: object) -> Mapping[str, Any]:
+    if calibration is None:
+        return {}
+    if isinstance(calibration, pd.DataFrame):
+        if len(calibration) != 1:
+            raise ValueError(f"calibration as a DataFrame must have one row, got {len(calibration)}")
+        return calibration.iloc[0].to_dict()
+    if isinstance(calibration, (pd.Series, Mapping)):
+        return dict(calibration)
+    raise ValueError(f"calibration must be a dict, Series or one-row DataFrame, got {type(calibration).__name__}")
+
+
+def _efficiencies(calibration: object, explicit: dict[str, float | None]) -> dict[str, float]:
+    values: dict[str, object] = {name: efficiency_value(name) for name in TUNABLE_EFFICIENCIES}
+    for name, value in _calibration_mapping(calibration).items():
+        if name in TUNABLE_EFFICIENCIES and value is not None and not (isinstance(value, float) and math.isnan(value)):
+            values[name] = value
+    values.update({name: value for name, value in explicit.items() if value is not None})
+    out = {}
+    for name, (low, high, low_inclusive) in TUNABLE_EFFICIENCIES.items():
+        out[name] = check_number(name, values[name], low=low, high=high, low_inclusive=low_inclusive)
+    return out
+
+
+def _nonneg(name: str, value: object) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numbers (>= 0), got {value!r}") from None
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be finite numbers (>= 0), got {value!r}")
+    return arr
