@@ -263,7 +263,7 @@ def test_planned_p95_against_the_discrete_event_simulator(backend, batch, worklo
 def test_poisson_quantile_matches_scipy():
     from scipy.stats import poisson
 
-    from toolkit._planning.planner import _poisson_quantile
+    from toolkit._planning.inputs import _poisson_quantile
 
     means = np.concatenate([[0.0, 1e-9, 0.05, 1.0, 3.0, 4.1], np.random.default_rng(0).uniform(0, 400, 2000)])
     for p in (0.5, 0.9, 0.95, 0.99):
@@ -400,7 +400,7 @@ def test_bad_input_raises_value_error_naming_the_argument(kwargs, name):
 def test_cli_table_json_and_pareto(capsys):
     import argparse
 
-    from toolkit._planning.planner import add_cli
+    from toolkit._planning.cli import add_cli
 
     parser = argparse.ArgumentParser()
     add_cli(parser.add_subparsers(dest="command", required=True))

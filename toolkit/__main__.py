@@ -8,7 +8,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
-    from toolkit._planning import planner as _planner
+    from toolkit._planning import cli as _planner
     from toolkit._report import build as _report
     from toolkit._sweep import cli as _sweep_cli
 

@@ -1,0 +1,102 @@
+"""The ``plan`` subcommand of ``python -m toolkit``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pandas as pd
+
+from toolkit._planning.inputs import _percentile_label
+from toolkit._planning.planner import plan
+
+__all__: list[str] = []
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``plan`` subcommand: ``python -m toolkit plan --rate 3 --prompt-tokens 512 ...``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``add_subparsers()`` object of the toolkit's command line.
+
+    Returns
+    -------
+    None
+        The subparser's ``func`` prints the plans (or their Pareto frontier) and returns 0.
+    """
+    p = subparsers.add_parser("plan", help="cheapest fleets meeting a request rate under latency SLOs")
+    p.add_argument("--rate", type=float, required=True, help="requests per second")
+    p.add_argument("--prompt-tokens", type=int, required=True)
+    p.add_argument("--output-tokens", type=int, required=True)
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--slo-e2e-ms", type=float)
+    p.add_argument("--percentile", type=float, default=0.95)
+    p.add_argument("--model", action="append", dest="models", help="repeatable; default: whole catalog")
+    p.add_argument("--gpu", action="append", dest="gpus")
+    p.add_argument("--quant", action="append", dest="quants")
+    p.add_argument("--backend", action="append", dest="backends")
+    p.add_argument("--tensor-parallel", type=int, action="append", help="repeatable; default 1 2 4 8")
+    p.add_argument("--max-replicas", type=int, default=64)
+    p.add_argument("--workload", default="chatbot")
+    p.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
+    p.add_argument("--budget-usd-month", type=float)
+    p.add_argument("--pareto", action="store_true", help="show only the Pareto frontier of plans meeting the SLOs")
+    p.add_argument("--all", action="store_true", help="include plans that miss the SLOs")
+    p.add_argument("--top", type=int, default=20, help="groups of rows to print (table output)")
+    p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+    p.set_defaults(func=_run_cli)
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    from toolkit._planning.pareto import pareto
+
+    table = plan(
+        args.rate,
+        args.prompt_tokens,
+        args.output_tokens,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_tpot_ms=args.slo_tpot_ms,
+        slo_e2e_ms=args.slo_e2e_ms,
+        percentile=args.percentile,
+        models=args.models,
+        gpus=args.gpus,
+        quants=args.quants,
+        backends=args.backends,
+        tensor_parallel=args.tensor_parallel or (1, 2, 4, 8),
+        max_replicas=args.max_replicas,
+        workload=args.workload,
+        prefix_cache_hit_rate=args.prefix_cache_hit_rate,
+        budget_usd_month=args.budget_usd_month,
+    )
+    if not args.all:
+        table = table[table["meets_slo"]]
+    if args.pareto:
+        latency = f"e2e_p{_percentile_label(args.percentile)}_ms"
+        table = pareto(table, minimize=("cost_usd_month", latency))
+    if args.json:
+        print(json.dumps(json.loads(table.to_json(orient="records")), indent=1))
+        return 0
+    shown = _compact(table)
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", 40):
+        print(shown.head(args.top).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(
+        f"{len(table)} plan(s) in {len(shown)} groups of equal latency and cost (backends and batch limits "
+        f"that behave alike are merged); showing {min(args.top, len(shown))}; --json lists every row"
+    )
+    return 0
+
+
+def _compact(table: pd.DataFrame) -> pd.DataFrame:
+    """Merge rows that differ only in backend or batch limit but plan the same latency and cost."""
+    merged = {"backend": "backend", "batch": "batch", "utilization": "utilization"}
+    keys = [c for c in table.columns if c not in (*merged, "binding_constraint", "warnings")]
+    grouped = table.groupby(keys, sort=False, dropna=False)
+    out = grouped.agg(
+        backend=("backend", lambda s: "|".join(dict.fromkeys(s))),
+        batch=("batch", lambda s: str(s.min()) if s.min() == s.max() else f"{s.min()}-{s.max()}"),
+        utilization=("utilization", "max"),
+    ).reset_index()
+    return out[[c for c in table.columns if c in out.columns]]

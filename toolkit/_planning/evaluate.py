@@ -1,0 +1,183 @@
+"""Evaluating the candidate grid as arrays: queue waits, SLO checks and the fewest replicas by bisection."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit._planning.grid import _Grid
+from toolkit._planning.inputs import _CHECKS, _poisson_quantile, length_quantile
+from toolkit._queueing.closed_forms import _waits
+
+__all__: list[str] = []
+
+
+class _Evaluator:
+    """Latency, utilisation and the SLO checks of candidates at given replica counts (array math)."""
+
+    def __init__(self, grid: _Grid, request_rate, output_tokens, cs2, percentile, slos, iterations):
+        self.g = grid
+        self.rate = request_rate
+        self.output = output_tokens
+        self.cs2 = cs2
+        self.percentile = percentile
+        self.slos = slos
+        self.iterations = iterations
+        self.long_output = output_tokens * length_quantile(cs2, percentile)
+        self._flat = grid.step_table.ravel()
+        self._row_start = grid.cfg * grid.step_table.shape[1]  # per candidate: its row in _flat
+
+    def _step(self, idx: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Decode step (ms) at a fractional batch, linear between the tabulated whole batches."""
+        return self._interpolate(self._row_start[idx], self.g.batch[idx], n)
+
+    def _interpolate(self, row_start: np.ndarray, cap: np.ndarray, n: np.ndarray) -> np.ndarray:
+        lo = np.floor(n).astype(int)
+        below = self._flat[row_start + lo]
+        return below + (n - lo) * (self._flat[row_start + np.minimum(lo + 1, cap)] - below)
+
+    def latency(self, idx: np.ndarray, replicas: np.ndarray, *, iterations: int | None = None) -> dict[str, np.ndarray]:
+        g, cfg = self.g, self.g.cfg[idx]
+        c = g.batch[idx].astype(float)
+        lam = self.rate / replicas
+        paused = np.where(c > 1, lam * g.prefill_ms[cfg] / 1e3, 0.0)  # share of time prefilling others
+        stretch = np.where(paused < 1, 1.0 / np.maximum(1.0 - paused, 1e-300), np.inf)
+        first = g.ttft_ms[cfg]
+        n = self._implied_batch(idx, c, lam, first, stretch, self.iterations if iterations is None else iterations)
+        tpot = self._step(idx, n) * stretch
+        service_s = (first + self.output * tpot) / 1e3
+        utilization = lam * service_s / c
+        return {
+            "lam": lam,
+            "c": c,
+            "tpot_ms": tpot,
+            "stretch": stretch,
+            "service_s": service_s,
+            "utilization": utilization,
+            "stable": np.isfinite(service_s) & (utilization < 1.0),
+        }
+
+    def _implied_batch(self, idx, c, lam, first, stretch, iterations: int) -> np.ndarray:
+        """``iterations`` steps of n <- min(c, 1 + lambda_r x S(n)) from n = c. An element whose iterate
+        repeats exactly is at its fixed point and would only repeat it, so it leaves the loop: the
+        same result as iterating every element the full count."""
+        n = c.copy()
+        live = np.arange(idx.size)
+        x_n, x_c, x_lam, x_first, x_stretch = n.copy(), c, lam, first, stretch
+        x_start, x_cap = self._row_start[idx], self.g.batch[idx]
+        for _ in range(iterations):
+            service_s = (x_first + self.output * self._interpolate(x_start, x_cap, x_n) * x_stretch) / 1e3
+            new = np.minimum(x_c, 1.0 + x_lam * service_s)
+            moved = new != x_n
+            x_n = new
+            if moved.all():
+                continue
+            n[live] = x_n
+            live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap = (
+                v[moved] for v in (live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap)
+            )
+            if not live.size:
+                break
+        n[live] = x_n
+        return n
+
+    def evaluate(self, idx: np.ndarray, replicas: np.ndarray) -> dict[str, np.ndarray]:
+        out = self.latency(idx, replicas)
+        cfg, stable = self.g.cfg[idx], out["stable"]
+        wait = np.full(idx.size, np.inf)
+        if stable.any():
+            wait[stable] = self._wait(
+                out["lam"][stable], out["service_s"][stable], out["c"][stable], 1.0 / replicas[stable]
+            )
+        out["mean_tpot_ms"] = out.pop("tpot_ms")
+        out["tpot_ms"] = np.where(stable, self._tail_tpot(idx, out), np.inf)
+        out["ttft_ms"] = wait * 1e3 + self.g.ttft_ms[cfg]
+        out["e2e_ms"] = out["ttft_ms"] + self.long_output * out["tpot_ms"]
+        out["capacity"] = stable
+        for name, column in (("slo_ttft", "ttft_ms"), ("slo_tpot", "tpot_ms"), ("slo_e2e", "e2e_ms")):
+            limit = self.slos[name]
+            out[name] = stable if limit is None else stable & (out[column] <= limit)
+        out["meets"] = out["slo_ttft"] & out["slo_tpot"] & out["slo_e2e"]
+        return out
+
+    def _tail_tpot(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> np.ndarray:
+        """TPOT (ms) of a request at the latency percentile: it decodes beside the percentile number
+        of others (Poisson with mean lambda_r x S, the M/G/inf count, capped by the batch) and is
+        paused by the percentile number of other requests' prefills during its decode (Poisson with
+        mean lambda_r x decode time). Single-slot replicas see neither."""
+        c, lam = out["c"], out["lam"]
+        multi = c > 1
+        stable = out["stable"]
+        others = _poisson_quantile(self.percentile, np.where(multi & stable, lam * out["service_s"], 0.0))
+        step = self._step(idx, np.minimum(c, 1.0 + others))
+        decode_s = self.output * step * np.where(stable, out["stretch"], 1.0) / 1e3
+        pauses = _poisson_quantile(self.percentile, np.where(multi & stable, lam * decode_s, 0.0))
+        return step + pauses * self.g.prefill_ms[self.g.cfg[idx]] / self.output
+
+    def _wait(self, lam: np.ndarray, service_s: np.ndarray, servers: np.ndarray, ca2: np.ndarray) -> np.ndarray:
+        """Percentile queue wait (s): the closed form of :func:`toolkit.queue_wait`, through its array
+        core (the planner's inputs are valid by construction and it words the high-variance warning
+        itself)."""
+        return _waits(lam, service_s, servers, ca2, self.cs2, (self.percentile,))["waits"][0]
+
+
+def _holds(ev: _Evaluator, idx: np.ndarray, replicas: np.ndarray, key: str) -> np.ndarray:
+    if key == "capacity":
+        # Stable exactly when the full batch drains faster than it fills, lambda_r x S(c) < c: then the
+        # fixed point lies below c; otherwise c itself is the fixed point. No iteration, no queue wait.
+        return ev.latency(idx, replicas, iterations=0)["stable"]
+    return ev.evaluate(idx, replicas)[key]
+
+
+def _fewest_replicas(ev: _Evaluator, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, key: str) -> np.ndarray:
+    """Smallest replicas in (lo, hi] where ``key`` holds, given that it fails at ``lo`` and holds at
+    ``hi``: a vectorised bisection (every check is monotone in the per-replica load)."""
+    lo, hi = lo.copy(), hi.copy()
+    active = np.flatnonzero(hi - lo > 1)
+    while active.size:
+        mid = (lo[active] + hi[active]) // 2
+        ok = _holds(ev, idx[active], mid, key)
+        hi[active] = np.where(ok, mid, hi[active])
+        lo[active] = np.where(ok, lo[active], mid)
+        active = active[hi[active] - lo[active] > 1]
+    return hi
+
+
+def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(fewest replicas keeping the queue stable, fewest meeting every SLO, 0 where none up to
+    ``max_replicas`` does; the evaluation at the fewest stable replicas of the candidates stable at
+    all). Most candidates meet the SLOs as soon as they are stable, so the SLO search starts there
+    and only the rest are bisected further."""
+    idx = np.arange(n)
+    top = np.full(n, max_replicas)
+    stable_top = _holds(ev, idx, top, "capacity")
+    stable = np.zeros(n, dtype=int)
+    stable[stable_top] = _fewest_replicas(
+        ev, idx[stable_top], np.zeros(stable_top.sum(), dtype=int), top[stable_top], "capacity"
+    )
+    meets = np.zeros(n, dtype=int)
+    first = np.flatnonzero(stable > 0)
+    at_stable = ev.evaluate(first, stable[first])
+    meets[first[at_stable["meets"]]] = stable[first[at_stable["meets"]]]
+    rest = first[~at_stable["meets"] & (stable[first] < max_replicas)]
+    rest = rest[_holds(ev, rest, top[rest], "meets")]
+    meets[rest] = _fewest_replicas(ev, rest, stable[rest], top[rest], "meets")
+    return stable, meets, at_stable
+
+
+def _headroom(ev: _Evaluator, at: dict[str, np.ndarray], cost: np.ndarray, budget: float | None) -> np.ndarray:
+    """Name of the constraint with the least relative headroom (for plans that need no extra replica)."""
+    names = ["capacity"]
+    room = [1.0 - at["utilization"]]
+    for name, column in (("slo_ttft", "ttft_ms"), ("slo_tpot", "tpot_ms"), ("slo_e2e", "e2e_ms")):
+        if ev.slos[name] is not None:
+            names.append(name)
+            room.append(1.0 - at[column] / ev.slos[name])
+    if budget is not None:
+        names.append("budget")
+        room.append(1.0 - cost / budget)
+    return np.array(names, dtype=object)[np.argmin(np.vstack(room), axis=0)]
+
+
+def _first_failure(at: dict[str, np.ndarray]) -> np.ndarray:
+    failed = np.vstack([~at[name] for name in _CHECKS])
+    return np.array(_CHECKS, dtype=object)[np.argmax(failed, axis=0)]

@@ -1,0 +1,102 @@
+"""The planner's inputs: catalog constants, backend support, quality scores, latency quantiles and candidate specs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.special import gammainccinv
+from scipy.stats import gamma
+
+from toolkit._data import load_csv
+from toolkit._model.catalog import resolve_model, resolve_quant
+
+__all__: list[str] = []
+
+
+_CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
+
+
+_CONFIG_COLUMNS = {
+    "model": object,
+    "gpu": object,
+    "quant": object,
+    "tensor_parallel": int,
+    "interconnect_gb_s": float,
+    "quality": float,
+}
+
+
+@lru_cache(maxsize=1)
+def _constants() -> dict[str, float]:
+    table = load_csv("planner.csv")
+    return {str(k): float(v) for k, v in zip(table["parameter"], table["value"])}
+
+
+@lru_cache(maxsize=1)
+def _support() -> dict[str, tuple[frozenset[str], bool]]:
+    table = load_csv("backend_support.csv")
+    return {
+        str(row.backend): (frozenset(str(row.weight_formats).split(";")), str(row.tensor_parallel).lower() == "true")
+        for row in table.itertuples()
+    }
+
+
+@lru_cache(maxsize=1)
+def _quality_parts() -> tuple[dict[str, float], dict[str, float]]:
+    table = load_csv("quality.csv")
+    base = {resolve_model(row.model)["name"]: float(row.value) for row in table[table["kind"] == "base"].itertuples()}
+    recovery = {
+        resolve_quant(row.quant)["name"]: float(row.value) for row in table[table["kind"] == "recovery"].itertuples()
+    }
+    return base, recovery
+
+
+def quality_score(model_name: str, quant_name: str) -> float:
+    """MMLU (%) of the 16-bit model x the format's measured recovery; NaN when either is unknown."""
+    base, recovery = _quality_parts()
+    return base.get(model_name, math.nan) * recovery.get(quant_name, math.nan)
+
+
+def length_quantile(cs2: float, percentile: float) -> float:
+    """The ``percentile`` of a request's length relative to its mean: a gamma distribution with mean 1
+    and squared coefficient of variation ``cs2`` (1 for ``cs2 = 0``; ``-ln(1 - p)`` for ``cs2 = 1``,
+    the exponential lengths of geometric outputs)."""
+    return 1.0 if cs2 == 0 else float(gamma.ppf(percentile, 1.0 / cs2, scale=cs2))
+
+
+@lru_cache(maxsize=64)
+def _poisson_thresholds(percentile: float, top: int) -> np.ndarray:
+    """Means at which the Poisson ``percentile`` steps up: it is >= k exactly when
+    P(X <= k - 1) = Q(k, mean) < percentile, i.e. when mean > gammainccinv(k, percentile)."""
+    return gammainccinv(np.arange(1, top + 1), percentile)
+
+
+def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:
+    """Smallest k with P(X <= k) >= percentile for X ~ Poisson(mean), vectorised (= scipy's ppf)."""
+    high = float(np.max(mean, initial=0.0))
+    top = int(2 ** np.ceil(np.log2(high + 10 * np.sqrt(high) + 20)))  # far beyond the quantile
+    return np.searchsorted(_poisson_thresholds(percentile, top), mean, side="left").astype(float)
+
+
+def _specs(argument: str, value: object, catalog, resolve) -> list[dict[str, Any]]:
+    if value is None:
+        value = list(catalog()["name"])
+    elif isinstance(value, pd.DataFrame):  # e.g. a filtered catalog: one spec per row
+        value = [row for _, row in value.iterrows()]
+    elif isinstance(value, (str, dict, pd.Series)):
+        value = [value]
+    elif not isinstance(value, Iterable):
+        raise ValueError(f"{argument} must be None, a name, a spec or a list of them, got {value!r}")
+    specs = [resolve(v) for v in value]
+    if not specs:
+        raise ValueError(f"{argument} must name at least one entry")
+    return specs
+
+
+def _percentile_label(percentile: float) -> str:
+    return f"{100 * percentile:g}"
