@@ -12,7 +12,8 @@ import pytest
 import toolkit
 from toolkit._queueing import simulator as _simulator
 from toolkit._queueing.closed_forms import queue_wait
-from toolkit._queueing.simulator import _Linear, simulate
+from toolkit._queueing.piecewise import _Linear
+from toolkit._queueing.simulator import simulate
 from toolkit._queueing.wait_check import compare_wait_models
 
 

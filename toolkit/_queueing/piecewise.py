@@ -1,0 +1,98 @@
+"""A piecewise-linear fit of the step time against batch size, so the simulator can jump many steps at once."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable
+
+import numpy as np
+
+__all__: list[str] = []
+
+
+class _Linear:
+    """``f(x) = a_j + b_j x`` on integer pieces ``[start_j, start_{j+1})`` covering ``[0, high]``."""
+
+    __slots__ = ("starts", "a", "b")
+
+    def __init__(self, f: Callable[[np.ndarray], np.ndarray], high: int):
+        pieces = []
+        stack = [(0, max(int(high), 1))]
+        while stack:
+            lo, hi = stack.pop()
+            xs = np.unique(np.concatenate([np.linspace(lo, hi, 9).round(), [lo + 1, hi - 1]]).clip(lo, hi))
+            ys = np.asarray(f(xs), dtype=float)
+            slope = (ys[-1] - ys[0]) / (hi - lo) if hi > lo else 0.0
+            chord = ys[0] + slope * (xs - lo)
+            if hi - lo <= 1 or np.allclose(ys, chord, rtol=1e-10, atol=0.0):
+                pieces.append((lo, ys[0] - slope * lo, slope))
+                continue
+            # a kink: split where the end lines cross (exact for one kink), else in the middle
+            left, right = ys[1] - ys[0], ys[-1] - ys[-2]
+            cut = (lo + hi) // 2
+            if left != right:
+                cross = (ys[-1] - ys[0] - right * hi + left * lo) / (left - right)
+                if lo <= cross < hi:
+                    cut = int(math.floor(cross))
+            stack += [(cut + 1, hi), (lo, cut)]
+        pieces.sort()
+        self.starts = [p[0] for p in pieces]
+        self.a = [p[1] for p in pieces]
+        self.b = [p[2] for p in pieces]
+
+    def __call__(self, x: int) -> float:
+        j = bisect_right(self.starts, x) - 1
+        return self.a[j] + self.b[j] * x
+
+    def _pieces(self, x0: int, n: int, k: int):
+        """Yield (first step, steps, a, b) for the steps ``x0 + n i``, ``i < k``, piece by piece."""
+        starts = self.starts
+        j = bisect_right(starts, x0) - 1
+        i = 0
+        while i < k:
+            end = k if j + 1 >= len(starts) or n == 0 else min(k, (starts[j + 1] - x0 + n - 1) // n)
+            if end > i:
+                yield i, end - i, self.a[j], self.b[j]
+                i = end
+            j += 1
+
+    def series(self, x0: int, n: int, k: int) -> float:
+        """``sum(f(x0 + n i) for i in range(k))`` in closed form."""
+        starts = self.starts
+        j = bisect_right(starts, x0) - 1
+        if j + 1 == len(starts) or x0 + n * (k - 1) < starts[j + 1]:  # the usual case: one piece
+            b = self.b[j]
+            return k * (self.a[j] + b * x0) + b * n * k * (k - 1) / 2
+        total = 0.0
+        for i, m, a, b in self._pieces(x0, n, k):
+            total += m * (a + b * (x0 + n * i)) + b * n * m * (m - 1) / 2
+        return total
+
+    def steps_to_reach(self, x0: int, n: int, k: int, target: float) -> int:
+        """Smallest ``m`` in [1, k] with ``series(x0, n, m) >= target`` (``k`` if none)."""
+        done = 0.0
+        for i, m, a, b in self._pieces(x0, n, k):
+            first = a + b * (x0 + n * i)
+            whole = m * first + b * n * m * (m - 1) / 2
+            if done + whole < target:
+                done += whole
+                continue
+            need = target - done
+            half = b * n / 2
+            lin = first - half
+            if half > 0:
+                guess = (-lin + math.sqrt(max(lin * lin + 4 * half * need, 0.0))) / (2 * half)
+            else:
+                guess = need / first if first > 0 else 1.0
+            s = min(max(int(math.ceil(guess)), 1), m)
+
+            def part(s: int) -> float:
+                return s * first + half * s * (s - 1)
+
+            while s > 1 and part(s - 1) >= need:
+                s -= 1
+            while s < m and part(s) < need:
+                s += 1
+            return max(i + s, 1)
+        return k

@@ -1,0 +1,98 @@
+"""The simulated requests: token counts drawn from a distribution or taken from a trace, and their arrival times."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from toolkit._args import check_choice, check_int, check_number
+from toolkit._model.efficiency import MAX_TOKENS
+from toolkit._queueing.arrivals import ARRIVALS, inter_arrival_gaps_s
+
+__all__: list[str] = []
+
+# The simulator keeps a record per request: this ceiling keeps one call within memory and minutes.
+MAX_REQUESTS = 10**7
+
+
+def _draw_tokens(name: str, spec: object, rng: np.random.Generator, n: int) -> np.ndarray:
+    if callable(spec):
+        values = np.asarray(spec(rng, n))
+        if values.shape != (n,):
+            raise ValueError(f"{name}: the callable must return {n} values, got shape {values.shape}")
+    elif isinstance(spec, (tuple, list)) and spec and isinstance(spec[0], str):
+        kind = spec[0]
+        if kind == "geometric" and len(spec) == 2:
+            mean = check_number(f"{name} geometric mean", spec[1], low=1, high=MAX_TOKENS)
+            values = rng.geometric(1.0 / mean, n)
+        elif kind == "lognormal" and len(spec) == 3:
+            mean = check_number(f"{name} lognormal mean", spec[1], low=1, high=MAX_TOKENS)
+            cv = check_number(f"{name} lognormal cv", spec[2], low=0)
+            sigma2 = math.log1p(cv * cv)
+            values = np.maximum(np.rint(rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)), 1)
+        else:
+            raise ValueError(
+                f"{name} must be an int >= 1, a callable(rng, n), ('geometric', mean) or "
+                f"('lognormal', mean, cv); got {spec!r}"
+            )
+    else:
+        return np.full(n, check_int(name, spec, low=1, high=MAX_TOKENS), dtype=np.int64)
+    if not (
+        np.all(np.isfinite(values))
+        and np.all(values == np.round(values))
+        and np.all(values >= 1)
+        and np.all(values <= MAX_TOKENS)
+    ):
+        raise ValueError(f"{name} must all be integers (>= 1 and <= {MAX_TOKENS:g})")
+    return values.astype(np.int64)
+
+
+def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not isinstance(trace, pd.DataFrame) or len(trace) == 0:
+        raise ValueError("trace must be a non-empty DataFrame with arrival_s, prompt_tokens, output_tokens")
+    missing = {"arrival_s", "prompt_tokens", "output_tokens"} - set(trace.columns)
+    if missing:
+        raise ValueError(f"trace is missing columns {sorted(missing)}")
+    arrival = trace["arrival_s"].to_numpy(dtype=float)
+    if not np.all(np.isfinite(arrival)) or np.any(arrival < 0):
+        raise ValueError("trace arrival_s must be finite seconds (>= 0)")
+    tokens = []
+    for col in ("prompt_tokens", "output_tokens"):
+        values = trace[col].to_numpy(dtype=float)
+        if not (
+            np.all(np.isfinite(values))
+            and np.all(values == np.round(values))
+            and np.all(values >= 1)
+            and np.all(values <= MAX_TOKENS)
+        ):
+            raise ValueError(f"trace {col} must be integers (>= 1 and <= {MAX_TOKENS:g})")
+        tokens.append(values.astype(np.int64))
+    return arrival, tokens[0], tokens[1]
+
+
+def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace):
+    """Arrival times (None for a closed loop) and token counts, validated."""
+    given = [x is not None for x in (arrival_rate, concurrency, trace)]
+    if sum(given) != 1:
+        raise ValueError("give exactly one of arrival_rate (open loop), concurrency (closed loop) or trace")
+    check_choice("arrivals", arrivals, ARRIVALS)
+    burst = check_number("ca2", ca2, low=0, low_inclusive=False)
+    if arrivals == "poisson" and burst != 1.0:
+        raise ValueError("ca2 applies to arrivals='gamma' only (Poisson inter-arrivals have cv^2 = 1)")
+    if trace is not None:
+        if prompt_tokens is not None or output_tokens is not None or num_requests is not None:
+            raise ValueError("with a trace, prompt_tokens, output_tokens and num_requests must be None")
+        arrival, prompt, output = _trace_columns(trace)
+        return arrival, prompt, output
+    n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
+    if arrival_rate is not None:
+        rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
+        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrival=arrivals, cv2=burst))
+    else:
+        check_int("concurrency", concurrency, low=1)
+        arrival = None
+    prompt = _draw_tokens("prompt_tokens", prompt_tokens, rng, n)
+    output = _draw_tokens("output_tokens", output_tokens, rng, n)
+    return arrival, prompt, output
