@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "queue_wait": "_queueing.closed_forms",
     "workload_presets": "_queueing.closed_forms",
     "simulate": "_queueing.simulator",
-    "SimulationResult": "_queueing.simulator",
+    "SimulationResult": "_queueing.sim_result",
     "compare_wait_models": "_queueing.wait_check",
     # planner
     "plan": "_planning.planner",

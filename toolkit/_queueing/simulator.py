@@ -39,47 +39,16 @@ from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
 from toolkit._queueing.engine import _Clock, _Engine
+from toolkit._queueing.sim_result import SimulationResult, _percentiles
 from toolkit._queueing.workload import _load
 
-__all__ = ["SimulationResult", "simulate"]
+__all__ = ["simulate"]
 
 _ROUTING = ("round_robin", "least_loaded", "shared_queue")
 _METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 # Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
 # one call within memory and minutes.
 MAX_REPLICAS = 10**4
-
-
-class SimulationResult:
-    """The outcome of :func:`simulate`: one row per request and a one-row summary.
-
-    Parameters
-    ----------
-    requests : pandas.DataFrame
-        One row per request (see :func:`simulate`).
-    summary : pandas.DataFrame
-        One row of aggregate statistics (see :func:`simulate`).
-    config : dict
-        The resolved simulation settings (load, batching limits, KV budget in tokens, ...).
-
-    Attributes
-    ----------
-    requests, summary : pandas.DataFrame
-    config : dict
-    """
-
-    def __init__(self, requests: pd.DataFrame, summary: pd.DataFrame, config: dict):
-        self.requests = requests
-        self.summary = summary
-        self.config = config
-
-    def __repr__(self) -> str:
-        s = self.summary.iloc[0]
-        return (
-            f"SimulationResult({len(self.requests)} requests, {s['throughput_rps']:.3g} req/s, "
-            f"ttft p95 {s['ttft_p95_s']:.3g} s, e2e p95 {s['e2e_p95_s']:.3g} s, "
-            f"{int(s['preemptions'])} preemptions)"
-        )
 
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
@@ -98,14 +67,6 @@ def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backe
     if missing:
         raise ValueError(f"cost must provide step_ms, kv_budget_tokens and request_overhead_ms; missing {missing}")
     return cost
-
-
-def _percentiles(values: np.ndarray) -> tuple[float, float, float, float]:
-    finite = values[~np.isnan(values)]
-    if finite.size == 0:
-        return (math.nan,) * 4
-    p50, p95, p99 = np.percentile(finite, [50, 95, 99])
-    return float(finite.mean()), float(p50), float(p95), float(p99)
 
 
 def simulate(
