@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     # sweep harness
     "run_sweep": "_sweep.api",
     "sweep": "_sweep.api",
-    "SweepResult": "_sweep.api",
+    "SweepResult": "_sweep.result",
     "scrape_metrics": "_sweep.metrics",
     "LlamaServer": "_sweep.llama_server",
     # charts and report

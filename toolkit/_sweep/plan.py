@@ -1,0 +1,243 @@
+"""A sweep's plan: validated arguments, its levels and the fingerprint a resume must match."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from toolkit._args import check_choice, check_int, check_number
+from toolkit._queueing.arrivals import ARRIVALS
+from toolkit._sweep.files import (
+    split_credentials,
+)
+
+__all__: list[str] = []
+
+
+# parameters that define the work; resuming with any of them changed would mix two experiments
+_FINGERPRINT = (
+    "model",
+    "prompts_sha256",
+    "limits",
+    "rates",
+    "arrival",
+    "ca2",
+    "seed",
+    "max_in_flight",
+    "max_tokens",
+    "repeats",
+    "tag_levels",
+    "extra_body",
+)
+
+
+@dataclass
+class _Level:
+    in_flight: int
+    rate_rps: float
+    repeat: int
+
+    @property
+    def label(self) -> str:
+        return f"in-flight {self.in_flight}" if math.isnan(self.rate_rps) else f"{self.rate_rps:g} req/s"
+
+
+@dataclass
+class _Plan:
+    """Validated arguments, the lanes' messages and what run.json records."""
+
+    root: str
+    chat_url: str
+    metrics_url: str | None
+    model: str | None
+    prompts: list[Any]
+    messages: list[list[dict[str, Any]]]
+    levels: list[_Level]
+    closed_loop: bool
+    max_tokens: int
+    postprocess: Callable | None
+    slots: int
+    attempts: int
+    tag_levels: bool
+    timeout_s: float
+    deadline_s: float | None
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    extra_body: dict[str, Any]
+    arrival: str
+    ca2: float
+    seed: int
+    max_in_flight: int | None
+    out_dir: Path | None
+    resume: bool
+    progress: bool
+    headers: dict[str, str]
+    auth: httpx.BasicAuth | None  # from user:password@ in base_url
+    metrics_auth: httpx.BasicAuth | None
+    secrets: tuple[str, ...]
+    params: dict[str, Any]
+
+    @classmethod
+    def from_args(cls, a: dict[str, Any]) -> _Plan:
+        if not isinstance(a["base_url"], str) or not a["base_url"].startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http(s) URL such as http://127.0.0.1:8000")
+        base_url, auth, url_secrets = split_credentials(a["base_url"])
+        root = base_url.rstrip("/").removesuffix("/v1").rstrip("/")
+        if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
+            raise ValueError(f"model must be a non-empty string or None, got {a['model']!r}")
+        if a["system_prompt"] is not None and not isinstance(a["system_prompt"], str):
+            raise ValueError(f"system_prompt must be a string or None, got {type(a['system_prompt']).__name__}")
+        messages = _messages(a["prompts"], a["system_prompt"])
+        n = len(messages)
+        closed_loop = a["rates"] is None
+        max_in_flight = None if a["max_in_flight"] is None else check_int("max_in_flight", a["max_in_flight"], low=1)
+        repeats = check_int("repeats", a["repeats"], low=1, high=1000)
+        if closed_loop:
+            limits = _int_list("limits", a["limits"], low=1, high=n)
+            rates: list[float] = []
+            keys = [(limit, math.nan) for limit in limits]
+        else:
+            rates = _float_list("rates", a["rates"])
+            limits = []
+            keys = [(max_in_flight or n, rate) for rate in rates]
+        arrival = check_choice("arrival", a["arrival"], ARRIVALS)
+        ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=10_000)
+        if arrival == "poisson" and ca2 != 1.0:
+            raise ValueError(f"ca2 must be 1 for poisson arrivals (use arrival='gamma'), got {ca2!r}")
+        for name in ("tag_levels", "resume", "progress"):
+            if not isinstance(a[name], bool):
+                raise ValueError(f"{name} must be True or False, got {a[name]!r}")
+        if a["postprocess"] is not None and not callable(a["postprocess"]):
+            raise ValueError(f"postprocess must be callable or None, got {type(a['postprocess']).__name__}")
+        extra_body = a["extra_body"] or {}
+        if not isinstance(extra_body, Mapping):
+            raise ValueError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
+        api_key = a["api_key"]
+        if api_key is None and a["api_key_env"]:
+            api_key = os.environ.get(a["api_key_env"]) or None
+        if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+            raise ValueError("api_key must be a non-empty string or None")
+        out_dir = None if a["out_dir"] is None else Path(a["out_dir"])
+        if a["resume"] and out_dir is None:
+            raise ValueError("resume=True needs out_dir (the folder of the sweep to continue)")
+        metrics_url = a["metrics_url"]
+        if metrics_url is None or metrics_url is True:
+            metrics_url = root + "/metrics"
+        elif metrics_url is False:
+            metrics_url = None
+        elif not isinstance(metrics_url, str) or not metrics_url.startswith(("http://", "https://")):
+            raise ValueError("metrics_url must be an http(s) URL, None or False")
+        metrics_auth = auth
+        if metrics_url is not None and metrics_url != root + "/metrics":
+            metrics_url, metrics_auth, more = split_credentials(metrics_url)
+            url_secrets += more
+        plan = cls(
+            root=root,
+            chat_url=root + "/v1/chat/completions",
+            metrics_url=metrics_url,
+            model=a["model"],
+            prompts=list(a["prompts"]),
+            messages=messages,
+            levels=[_Level(k, r, rep) for k, r in keys for rep in range(1, repeats + 1)],
+            closed_loop=closed_loop,
+            max_tokens=check_int("max_tokens", a["max_tokens"], low=1, high=1_000_000),
+            postprocess=a["postprocess"],
+            slots=check_int("slots", a["slots"], low=1, high=10_000),
+            attempts=check_int("attempts", a["attempts"], low=1, high=100),
+            tag_levels=a["tag_levels"],
+            timeout_s=check_number("timeout_s", a["timeout_s"], low=0, low_inclusive=False, high=86_400),
+            deadline_s=_optional_positive("deadline_s", a["deadline_s"]),
+            slo_ttft_ms=_optional_positive("slo_ttft_ms", a["slo_ttft_ms"]),
+            slo_tpot_ms=_optional_positive("slo_tpot_ms", a["slo_tpot_ms"]),
+            extra_body=dict(extra_body),
+            arrival=arrival,
+            ca2=ca2,
+            seed=check_int("seed", a["seed"], low=0, high=2**63 - 1),
+            max_in_flight=max_in_flight,
+            out_dir=out_dir,
+            resume=a["resume"],
+            progress=a["progress"],
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            auth=None if api_key else auth,  # the bearer token wins over URL credentials
+            metrics_auth=None if api_key else metrics_auth,
+            secrets=((api_key,) if api_key else ()) + url_secrets,
+            params={},
+        )
+        plan.params = {
+            "base_url": root,
+            "model": plan.model,
+            "lanes": n,
+            "prompts_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
+            "limits": limits,
+            "rates": rates,
+            "arrival": arrival,
+            "ca2": ca2,
+            "seed": plan.seed,
+            "max_in_flight": max_in_flight,
+            "max_tokens": plan.max_tokens,
+            "slots": plan.slots,
+            "attempts": plan.attempts,
+            "tag_levels": plan.tag_levels,
+            "metrics_url": metrics_url,
+            "timeout_s": plan.timeout_s,
+            "deadline_s": plan.deadline_s,
+            "repeats": repeats,
+            "slo_ttft_ms": plan.slo_ttft_ms,
+            "slo_tpot_ms": plan.slo_tpot_ms,
+            "extra_body": plan.extra_body,
+            "postprocess": getattr(plan.postprocess, "__qualname__", None) if plan.postprocess else None,
+            "api_key_set": bool(api_key),
+        }
+        return plan
+
+
+def _messages(prompts: Any, system_prompt: str | None) -> list[list[dict[str, Any]]]:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not len(prompts):
+        raise ValueError("prompts must be a non-empty sequence of strings or of chat-message lists")
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            out.append([*system, {"role": "user", "content": p}])
+            continue
+        ok = isinstance(p, Sequence) and len(p) > 0
+        ok = ok and all(isinstance(m, Mapping) and isinstance(m.get("content"), str) and "role" in m for m in p)
+        if not ok:
+            raise ValueError(f"prompts[{i}] must be a string or a list of {{'role', 'content': str}} messages")
+        out.append([*system, *(dict(m) for m in p)])
+    return out
+
+
+def _int_list(name: str, values: Any, *, low: int, high: int) -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not len(values):
+        raise ValueError(f"{name} must be a non-empty sequence of integers in {low}..{high}")
+    out = [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must not repeat a value, got {out}")
+    return out
+
+
+def _float_list(name: str, values: Any) -> list[float]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not len(values):
+        raise ValueError(f"{name} must be a non-empty sequence of positive numbers")
+    out = [check_number(f"{name}[{i}]", v, low=0, low_inclusive=False, high=1e6) for i, v in enumerate(values)]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must not repeat a value, got {out}")
+    return out
+
+
+def _optional_positive(name: str, value: Any) -> float | None:
+    return None if value is None else check_number(name, value, low=0, low_inclusive=False)
+
+
+def _same_rate(a: Any, b: float) -> bool:
+    a = math.nan if a is None else float(a)
+    return (math.isnan(a) and math.isnan(b)) or a == b

@@ -1,0 +1,343 @@
+"""Running a sweep's plan: probing the server, running each level's lanes, scraping /metrics, writing files."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+import math
+import time
+import uuid
+import warnings
+from typing import Any
+
+import httpx
+import pandas as pd
+from tqdm.auto import tqdm
+
+from toolkit import __version__
+from toolkit._queueing.arrivals import arrival_offsets_s
+from toolkit._sweep.files import (
+    LEVELS_FILE,
+    RUN_FILE,
+    RUNS_FILE,
+    LaneLog,
+    read_frame,
+    read_json,
+    redact,
+    write_frame,
+    write_json,
+)
+from toolkit._sweep.lanes import LANE_COLUMNS, LaneContext, run_lane
+from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, add_relative, aggregate, summarize
+from toolkit._sweep.metrics import Delta, Snapshot, delta, scrape_snapshot
+from toolkit._sweep.plan import _FINGERPRINT, _Level, _Plan, _same_rate
+from toolkit._sweep.result import SweepResult
+
+__all__: list[str] = []
+
+
+NAN = math.nan
+
+
+_PROBE_TIMEOUT_S = 10.0
+
+
+_METRICS_TIMEOUT_S = 10.0
+
+
+class _Runner:
+    """Runs the levels of one sweep, writing records and rows as they finish."""
+
+    def __init__(self, plan: _Plan, client: httpx.AsyncClient) -> None:
+        self.plan = plan
+        self.client = client
+        self.session = uuid.uuid4().hex[:12]
+        self.log = LaneLog(plan.out_dir, plan.secrets)
+        self.records: list[dict[str, Any]] = []
+        self.runs: list[dict[str, Any]] = []
+        self.stopped = ""
+        self.started = _now()
+        self.nonce = uuid.uuid4().hex[:8]
+        self.sessions = [self.session]
+        self.loop_deadline = math.inf if plan.deadline_s is None else time.monotonic() + plan.deadline_s
+        self.ctx = LaneContext(
+            client=client,
+            chat_url=plan.chat_url,
+            body={
+                "model": plan.model,
+                "max_tokens": plan.max_tokens,
+                **plan.extra_body,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+            timeout_s=plan.timeout_s,
+            attempts=plan.attempts,
+            postprocess=plan.postprocess,
+            slots=asyncio.Semaphore(plan.slots),
+            secrets=plan.secrets,
+            on_record=self._keep,
+            deadline=self.loop_deadline,
+            deadline_text=f"cancelled: {self._deadline_text()}",
+        )
+        self.previous_runs: pd.DataFrame | None = None
+
+    def _keep(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        self.log.append(record)
+
+    async def run(self) -> SweepResult:
+        self._open_out_dir()
+        try:
+            for level in self.plan.levels:
+                if time.monotonic() >= self.loop_deadline:
+                    self.stopped = self.stopped or self._deadline_text()
+                    break
+                await self._run_level(level)
+        except asyncio.CancelledError:
+            self.stopped = "interrupted"
+            raise
+        finally:
+            result = self._result()
+            self._write(result)
+        if self.stopped:
+            warnings.warn(f"sweep stopped early: {self.stopped}", RuntimeWarning, stacklevel=3)
+        return result
+
+    # -- one level ---------------------------------------------------------------------------------
+    async def _run_level(self, level: _Level) -> None:
+        plan = self.plan
+        done = self._records_of(level)  # from earlier sessions, when resuming
+        finished = {r["lane"] for r in done if r.get("final")}
+        todo = [i for i in range(len(plan.messages)) if i not in finished]
+        if not todo:
+            self.runs.append(self._previous_row(level) or self._row(level, NAN, None, None, resumed=True))
+            return
+        messages = [self._tagged(i, level) for i in range(len(plan.messages))]
+        next_attempt = {i: 1 + max((r["attempt"] for r in done if r["lane"] == i), default=0) for i in todo}
+        keys = {
+            "in_flight": level.in_flight,
+            "repeat": level.repeat,
+            "rate_rps": level.rate_rps,
+            "session": self.session,
+        }
+        before = await self._scrape()
+        bar = tqdm(total=len(todo), desc=level.label, unit="lane", leave=False, disable=not plan.progress)
+        cap = asyncio.Semaphore(level.in_flight)
+        tasks: list[asyncio.Task] = []
+        interrupted = False
+        t0 = time.perf_counter()
+
+        async def lane(i: int) -> None:
+            try:
+                await run_lane(
+                    self.ctx,
+                    index=i,
+                    prompt=plan.prompts[i],
+                    messages=messages[i],
+                    keys=keys,
+                    first_attempt=next_attempt[i],
+                    level_t0=t0,
+                )
+            finally:
+                cap.release()
+                bar.update(1)
+
+        try:
+            remaining = self.loop_deadline - time.monotonic()
+            async with asyncio.timeout(remaining if math.isfinite(remaining) else None):
+                for i, offset in zip(todo, self._offsets(level, len(todo))):
+                    delay = t0 + offset - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    await cap.acquire()
+                    tasks.append(asyncio.create_task(lane(i)))
+                await asyncio.gather(*tasks)
+        except TimeoutError:
+            self.stopped = self._deadline_text()
+        except asyncio.CancelledError:
+            interrupted = True
+            self.stopped = "interrupted"
+            raise
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            bar.close()
+            wall = time.perf_counter() - t0
+            after = None if self.stopped or interrupted else await self._scrape()
+            self.runs.append(self._row(level, wall, before, after, resumed=bool(done)))
+
+    def _offsets(self, level: _Level, n: int) -> list[float]:
+        if self.plan.closed_loop:
+            return [0.0] * n
+        seed = self.plan.seed + 1000 * self.plan.levels.index(level)
+        offsets = arrival_offsets_s(n, level.rate_rps, arrival=self.plan.arrival, ca2=self.plan.ca2, seed=seed)
+        return offsets.tolist()
+
+    def _row(
+        self, level: _Level, wall: float, before: Snapshot | None, after: Snapshot | None, *, resumed: bool
+    ) -> dict[str, Any]:
+        records = pd.DataFrame(self._records_of(level), columns=LANE_COLUMNS)
+        reasons = []
+        server = Delta()
+        if resumed:
+            wall = NAN
+            server = Delta(prefix_reason="level resumed", output_reason="level resumed")
+            reasons.append("level spans a resumed sweep: wall clock and server counters cover only part of it")
+        elif self.stopped:
+            unfinished = len(self.plan.messages) - int(records["final"].astype(bool).sum())
+            reasons.append(f"level cut short ({self.stopped}); {unfinished} lanes unfinished")
+            server = Delta(prefix_reason="level cut short", output_reason="level cut short")
+        elif self.plan.metrics_url is None:
+            server = Delta(prefix_reason="metrics scraping turned off", output_reason="metrics scraping turned off")
+        else:
+            measured = records[records["outcome"].isin(["ok", "rejected"])]
+            server = delta(before, after).checked(measured["prompt_tokens"].sum(), measured["output_tokens"].sum())
+        if server.prefix_reason:
+            reasons.append(f"prefix_hit_rate: {server.prefix_reason}")
+        if server.output_reason:
+            reasons.append(f"server_output_tokens: {server.output_reason}")
+        return summarize(
+            records,
+            in_flight=level.in_flight,
+            rate_rps=level.rate_rps,
+            repeat=level.repeat,
+            lanes=len(self.plan.messages),
+            wall_s=wall,
+            server_hit_rate=server.prefix_hit_rate,
+            server_output_tokens=server.output_tokens,
+            slo_ttft_ms=self.plan.slo_ttft_ms,
+            slo_tpot_ms=self.plan.slo_tpot_ms,
+            reasons=reasons,
+        )
+
+    def _records_of(self, level: _Level) -> list[dict[str, Any]]:
+        return [r for r in self.records if _matches(r, level)]
+
+    def _previous_row(self, level: _Level) -> dict[str, Any] | None:
+        prev = self.previous_runs
+        if prev is None or not len(prev) or not {"in_flight", "repeat", "rate_rps"} <= set(prev.columns):
+            return None
+        same_rate = prev["rate_rps"].isna() if math.isnan(level.rate_rps) else prev["rate_rps"] == level.rate_rps
+        hit = prev[(prev["in_flight"] == level.in_flight) & (prev["repeat"] == level.repeat) & same_rate]
+        return None if hit.empty else hit.iloc[-1].to_dict()
+
+    async def _scrape(self) -> Snapshot | None:
+        if self.plan.metrics_url is None:
+            return None
+        return await scrape_snapshot(self.client, self.plan.metrics_url, _METRICS_TIMEOUT_S, self.plan.metrics_auth)
+
+    def _tagged(self, i: int, level: _Level) -> list[dict[str, Any]]:
+        messages = self.plan.messages[i]
+        if not self.plan.tag_levels:
+            return messages
+        # the first characters differ between level runs, so no prefix cache can match across them
+        run_key = hashlib.sha256(f"{self.nonce}/{level.label}/{level.repeat}".encode()).hexdigest()[:8]
+        tag = f"[{run_key} sweep level {level.label} repeat {level.repeat}]"
+        first = {**messages[0], "content": f"{tag}\n{messages[0]['content']}"}
+        return [first, *messages[1:]]
+
+    def _deadline_text(self) -> str:
+        return f"the sweep's total deadline (deadline_s={self.plan.deadline_s}) was reached"
+
+    # -- files -------------------------------------------------------------------------------------
+    def _open_out_dir(self) -> None:
+        out = self.plan.out_dir
+        if out is None:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        previous = read_json(out / RUN_FILE)
+        existing = self.log.read()
+        if not self.plan.resume:
+            if previous is not None or existing:
+                raise ValueError(f"out_dir {str(out)!r} already holds a sweep; pass resume=True or use another folder")
+            return
+        if previous is not None:
+            changed = [k for k in _FINGERPRINT if previous.get("params", {}).get(k) != _jsonish(self.plan.params[k])]
+            if changed:
+                raise ValueError(
+                    f"resume=True but out_dir {str(out)!r} holds a sweep with different {', '.join(changed)}"
+                )
+            self.nonce = previous.get("nonce", self.nonce)
+            self.sessions = [*previous.get("sessions", []), self.session]
+            self.started = previous.get("started_utc", self.started)
+        self.records = [_from_json(r) for r in existing if not r.get("cancelled")]
+        self.previous_runs = read_frame(out / RUNS_FILE)
+
+    def _result(self) -> SweepResult:
+        lanes = pd.DataFrame(self.records, columns=LANE_COLUMNS)
+        runs = pd.DataFrame(self.runs, columns=RUN_COLUMNS) if self.runs else pd.DataFrame(columns=RUN_COLUMNS)
+        if len(runs):
+            runs = pd.concat(
+                [add_relative(g, closed_loop=self.plan.closed_loop) for _, g in runs.groupby("repeat", sort=False)]
+            )[RUN_COLUMNS].reset_index(drop=True)
+        levels = (
+            aggregate(runs, lanes, closed_loop=self.plan.closed_loop)
+            if len(runs)
+            else pd.DataFrame(columns=AGGREGATE_COLUMNS)
+        )
+        return SweepResult(lanes=lanes, levels=levels, runs=runs, params=dict(self.plan.params), stopped=self.stopped)
+
+    def _write(self, result: SweepResult) -> None:
+        out = self.plan.out_dir
+        if out is None:
+            return
+        secrets = self.plan.secrets
+        write_frame(result.runs, out / RUNS_FILE, secrets)
+        write_frame(result.levels, out / LEVELS_FILE, secrets)
+        status = "complete" if not self.stopped else f"stopped: {self.stopped}"
+        run = {
+            "toolkit_version": __version__,
+            "status": status,
+            "nonce": self.nonce,
+            "sessions": self.sessions,
+            "started_utc": self.started,
+            "updated_utc": _now(),
+            "params": result.params,
+        }
+        write_json(run, out / RUN_FILE, secrets)
+
+
+async def _probe(client: httpx.AsyncClient, plan: _Plan) -> list[str]:
+    """Check that a server answers and return the model ids it lists (may be empty)."""
+    url = plan.root + "/v1/models"
+    try:
+        response = await client.get(url, timeout=min(plan.timeout_s, _PROBE_TIMEOUT_S))
+    except httpx.HTTPError as exc:
+        raise ConnectionError(
+            redact(f"nothing answered at {url} ({type(exc).__name__}); is the server running?", plan.secrets)
+        ) from None
+    if response.status_code in (401, 403):
+        raise PermissionError(
+            redact(f"{url} refused the request (HTTP {response.status_code}); check api_key", plan.secrets)
+        )
+    try:
+        ids = [m["id"] for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
+    except (ValueError, AttributeError, TypeError):
+        ids = []
+    if plan.model is None and not ids:
+        raise ValueError(f"model is None but {redact(url, plan.secrets)} lists no model; pass model=")
+    return ids
+
+
+def _matches(record: dict[str, Any], level: _Level) -> bool:
+    return (
+        record["in_flight"] == level.in_flight
+        and record["repeat"] == level.repeat
+        and _same_rate(record["rate_rps"], level.rate_rps)
+    )
+
+
+def _from_json(record: dict[str, Any]) -> dict[str, Any]:
+    # JSON wrote unknown numbers as null; the frame wants NaN
+    return {k: (NAN if v is None and k != "error" else v) for k, v in record.items()}
+
+
+def _jsonish(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
