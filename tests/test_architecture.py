@@ -48,17 +48,21 @@ def test_top_level_lists_the_concepts():
     )
 
 
-@pytest.mark.xfail(reason="splitting in progress", strict=False)
+# "under ~300 lines": a little slack for a docstring; the simulator's event loop is long for speed
+MAX_MODULE_LINES = 320
+LONG_FOR_SPEED = {"toolkit/_queueing/engine.py"}
+
+
 def test_modules_stay_short():
     long = {
-        str(p.relative_to(ROOT)): n
+        name: n
         for p in (ROOT / "toolkit").rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > 400
+        if (name := str(p.relative_to(ROOT))) not in LONG_FOR_SPEED
+        and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
-    assert not long, f"modules over 400 lines: {long}"
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
-@pytest.mark.xfail(reason="notebooks being moved to the public API", strict=False)
 def test_no_notebook_imports_private_modules():
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 
 REQUIRED_GPUS = [
     "T4",

@@ -10,6 +10,7 @@ import pytest
 
 from toolkit._data import load_csv
 from toolkit._report import charts as _charts
+from toolkit._report import panels as _panels
 
 
 def _units(spec: dict) -> list[dict]:
@@ -76,13 +77,13 @@ def test_contrast_helper_matches_known_wcag_values():
 
 @pytest.mark.parametrize("surface", ["#FFFFFF", "#121212"])
 def test_bar_hue_keeps_three_to_one_on_light_and_dark(surface):
-    assert _charts.BAR_COLOR == "#00897B"  # the reference chart's hue passes both, so it is kept
-    assert _contrast(_charts.BAR_COLOR, surface) >= 3.0
+    assert _panels.BAR_COLOR == "#00897B"  # the reference chart's hue passes both, so it is kept
+    assert _contrast(_panels.BAR_COLOR, surface) >= 3.0
 
 
 def test_hover_hue_is_not_used_for_information():
     # #4ECDC4 fails 3:1 on white, which is why it is confined to the hover state
-    assert _contrast(_charts.HOVER_COLOR, "#FFFFFF") < 3.0
+    assert _contrast(_panels.HOVER_COLOR, "#FFFFFF") < 3.0
 
 
 def test_decode_chart_is_one_hue_columns_from_zero_with_only_end_labels(own_run):
@@ -93,7 +94,7 @@ def test_decode_chart_is_one_hue_columns_from_zero_with_only_end_labels(own_run)
     assert bars["encoding"]["y"]["field"] == "dec_tok_s"
     assert bars["encoding"]["y"]["scale"]["zero"] is True
     color = bars["encoding"]["color"]
-    assert color["value"] == _charts.BAR_COLOR and color["condition"]["value"] == _charts.HOVER_COLOR
+    assert color["value"] == _panels.BAR_COLOR and color["condition"]["value"] == _panels.HOVER_COLOR
     assert "legend" not in str(bars["encoding"])
     assert sorted(r["in_flight"] for r in bars["values"]) == [1, 2, 4, 8]
     assert [(r["in_flight"], r["dec_tok_s"]) for r in text["values"]] == [(1, 53.0), (8, 65.0)]
@@ -269,7 +270,7 @@ def test_frontier_chart_highlights_joins_and_labels_the_pareto_set(candidates):
     everyone, joined = _by_mark(spec, "point")[0], _by_mark(spec, "line")[0]
     assert len(everyone["values"]) == 5
     assert [r["gpu"] for r in joined["values"]] == ["H100 SXM", "L40S", "L4"]  # sorted by latency
-    assert joined["mark"]["color"] == _charts.BAR_COLOR
+    assert joined["mark"]["color"] == _panels.BAR_COLOR
     (labels,) = _by_mark(spec, "text")
     assert sorted(r["label"] for r in labels["values"]) == [
         "cheapest: Llama-3.1-8B L4 q4_k_m x4",
@@ -327,7 +328,7 @@ def test_accuracy_chart_has_one_panel_per_metric_and_a_bar_per_calibration():
             "rel_err": [-1 / 6, 0.25, 0.0, 0.0],
         }
     )
-    spec = _charts._accuracy_chart(table).to_dict()
+    spec = _panels._accuracy_chart(table).to_dict()
     assert spec["facet"]["column"]["field"] == "metric"
     assert spec["spec"]["mark"]["type"] == "bar"
     assert spec["spec"]["encoding"]["xOffset"]["field"] == "calibration"
@@ -337,7 +338,7 @@ def test_accuracy_chart_has_one_panel_per_metric_and_a_bar_per_calibration():
 
 def test_save_chart_writes_png_and_svg(tmp_path, own_run):
     png, svg = tmp_path / "c.png", tmp_path / "c.svg"
-    _charts.save_chart(_charts.decode_throughput_chart(own_run), png, svg)
+    _panels.save_chart(_charts.decode_throughput_chart(own_run), png, svg)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = svg.read_text()
-    assert text.lstrip().startswith("<svg") and _charts.BAR_COLOR.lower() in text.lower()
+    assert text.lstrip().startswith("<svg") and _panels.BAR_COLOR.lower() in text.lower()

@@ -152,6 +152,12 @@ SPECS: dict[str, Spec] = {
         examples=10,
         needs_server=True,
     ),
+    "predict_sweep": Spec(
+        kwargs={**SERVING, "prompt_tokens": 256, "output_tokens": 16, "lanes": 4, "limits": (1, 2)},
+        numeric={"prompt_tokens": "array", "output_tokens": "array", "cached_tokens": "array"},
+        examples=10,
+    ),
+    "reference_sweep": Spec(kwargs={"lanes": 32}, numeric={"lanes": "int"}),
     "scrape_metrics": Spec(needs_server=True),
     "LlamaServer": Spec(),
     "queueing_chart": Spec(
@@ -179,6 +185,10 @@ NOT_NUMERIC: dict[str, str] = {
     "build_report": "takes paths and strings",
     "measure_host": "measures this machine, no argument",
     "accuracy": "takes two DataFrames",
+    "compare_with_chimeraforge": "a fixed comparison table, no argument",
+    "stat_tiles": "takes a DataFrame",
+    "decomposition_note": "takes a DataFrame",
+    "notebook_levels": "takes a URL, a model name and a folder",
 }
 
 # fields a docstring documents as possibly infinite or missing

@@ -14,8 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import toolkit
 from toolkit._data import load_csv
-from toolkit._report import build as _report
+from toolkit._report import build as _report_build
+from toolkit._report import cli as _report_cli
+from toolkit._report import measure as _measure
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -37,7 +40,7 @@ CHROMIUM_FLAGS = [
 def test_tiles_reproduce_the_reference_headline_figures():
     # the symbiont site shows: 41 s for 32 candidates vs 407 s one at a time; 9.1x decode
     # throughput (656 / 72); 74-76% prefix cache
-    tiles = _report.stat_tiles(load_csv("reference_vllm_sweep_32_lanes.csv"))
+    tiles = toolkit.stat_tiles(load_csv("reference_vllm_sweep_32_lanes.csv"))
     values = re.findall(r'class="value">([^<]*)<', tiles)
     assert values == ["41 s", "9.1x", "74-76%"]
     assert "for 32 lanes at 32 in flight, against 407 s at 1" in tiles
@@ -45,31 +48,31 @@ def test_tiles_reproduce_the_reference_headline_figures():
 
 def test_tiles_say_when_no_prefix_counter_was_exposed():
     levels = pd.DataFrame({"in_flight": [1, 2], "lanes": 2, "wall_s": [4.0, 2.0], "dec_tok_s": [10.0, 20.0]})
-    tiles = _report.stat_tiles(levels.assign(prefix_hit_rate=float("nan")))
+    tiles = toolkit.stat_tiles(levels.assign(prefix_hit_rate=float("nan")))
     assert re.findall(r'class="value">([^<]*)<', tiles) == ["2 s", "2.0x", "n/a"]
 
 
 def test_decomposition_note_states_the_measured_growth():
-    note = _report.decomposition_note(load_csv("reference_vllm_sweep_32_lanes.csv"))
+    note = toolkit.decomposition_note(load_csv("reference_vllm_sweep_32_lanes.csv"))
     # 578.3 / 394.8 = 1.46; slot wait 5.8 s of a 40.8 s wall = 14%
     assert "394.8 s to 578.3 s (1.5x)" in note and "407.1 s to 40.8 s" in note and "(14% of wall clock)" in note
     # the 8-lane table: 0.96 x 74.0 s = 71.0 s of lane time at 1, 3.34 x 21.3 s = 71.1 s at 8: flat
-    eight = _report.decomposition_note(load_csv("reference_vllm_sweep_8_lanes.csv"))
+    eight = toolkit.decomposition_note(load_csv("reference_vllm_sweep_8_lanes.csv"))
     assert "71.0 s to 71.1 s (1.0x)" in eight
-    unknown = _report.decomposition_note(load_csv("reference_vllm_sweep_8_lanes.csv").drop(columns="llm_sum_s"))
+    unknown = toolkit.decomposition_note(load_csv("reference_vllm_sweep_8_lanes.csv").drop(columns="llm_sum_s"))
     assert "cannot be told apart" in unknown
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """The report of the recorded llama-server run, with a hostile model name and error text."""
-    recorded = _report._recorded_run()
+    recorded = _measure._recorded_run()
     recorded.conditions["model"] = HOSTILE
     recorded.label = "llama-server " + HOSTILE
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_report, "_recorded_run", lambda: recorded)
+        mp.setattr(_report_build, "_recorded_run", lambda: recorded)
         out = tmp_path_factory.mktemp("report")
-        index = _report.build_report(out_dir=out, recorded=True, name="test", execute_notebooks=False)
+        index = toolkit.build_report(out_dir=out, recorded=True, name="test", execute_notebooks=False)
     return index
 
 
@@ -180,9 +183,9 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
         seen.update(kwargs)
         return tmp_path / "index.html"
 
-    monkeypatch.setattr(_report, "build_report", fake_build_report)
+    monkeypatch.setattr(_report_build, "build_report", fake_build_report)
     parser = argparse.ArgumentParser()
-    _report.add_cli(parser.add_subparsers(dest="command"))
+    _report_cli.add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", "--recorded", "--no-notebooks", "--name", "x", "--out", str(tmp_path)])
     assert args.func(args) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "index.html")

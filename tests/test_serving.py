@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import toolkit
-from toolkit._model.catalog import resolve_model
+from toolkit._model.resolve import resolve_model
 
 # ---- decode on Llama-3.1-8B bf16, H100 SXM --------------------------------------------------------
 # weights 8.0303e9 x 2 B = 16.0606e9 B; KV 131,072 B/token; bandwidth x MBU = 3,350e9 x 0.7 = 2,345e9 B/s;

@@ -56,10 +56,17 @@ _EXPORTS: dict[str, str] = {
     "queueing_chart": "_report.charts",
     "frontier_chart": "_report.charts",
     "build_report": "_report.build",
+    "notebook_levels": "_report.measure",
+    "stat_tiles": "_report.tiles",
+    "decomposition_note": "_report.tiles",
     # calibration
     "measure_host": "_model.host",
     "calibrate": "_calibration.calibrate",
     "accuracy": "_calibration.calibrate",
+    "predict_sweep": "_calibration.predict",
+    # checks against published runs
+    "reference_sweep": "_validation.reference_check",
+    "compare_with_chimeraforge": "_validation.chimeraforge",
 }
 
 __all__ = sorted(_EXPORTS)

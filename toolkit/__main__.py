@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
     from toolkit._planning import cli as _planner
-    from toolkit._report import build as _report
+    from toolkit._report import cli as _report
     from toolkit._sweep import cli as _sweep_cli
 
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__)

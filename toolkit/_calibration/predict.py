@@ -20,10 +20,14 @@ import pandas as pd
 
 from toolkit._args import check_array, check_int
 from toolkit._model.cost import CostModel
+from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
 
-__all__: list[str] = []
+__all__ = ["predict_sweep"]
+
+# Lanes are simulated requests per level: the simulator's own ceiling on requests bounds them.
+MAX_LANES = 10**6
 
 # The sweep's level columns that a prediction can fill (the others need a real server).
 PREDICTED_LEVEL_COLUMNS = (
@@ -64,7 +68,7 @@ class _PrefixCached:
 
 
 def _per_lane(name: str, value: object, lanes: int, low: float) -> np.ndarray:
-    arr = check_array(name, value, low=low)
+    arr = check_array(name, value, low=low, high=MAX_TOKENS)
     if arr.size == 1:
         arr = np.full(lanes, arr[0])
     if arr.size != lanes:
@@ -96,7 +100,7 @@ def predict_sweep(
     prompt_tokens, output_tokens : int or sequence
         Tokens per lane (one number for all lanes, or one per lane in lane order).
     lanes : int
-        Requests per level (>= 1).
+        Requests per level (1 to 1,000,000).
     limits : sequence of int
         In-flight limits, one level each (>= 1).
     calibration : dict, Series or one-row DataFrame, optional
@@ -122,8 +126,10 @@ def predict_sweep(
         (dec_tok_s / dec_tok_s at the first limit), ``ttft_p50_ms``, ``tpot_p50_ms`` (ms, medians
         over lanes).
     """
-    lanes = check_int("lanes", lanes, low=1)
-    limits = [check_int("limits", x, low=1) for x in np.atleast_1d(limits)]
+    lanes = check_int("lanes", lanes, low=1, high=MAX_LANES)
+    limits = [check_int("limits", x, low=1, high=MAX_BATCH) for x in np.atleast_1d(limits)]
+    if not limits:
+        raise ValueError("limits must name at least one in-flight limit (1 to 1,000,000)")
     prompt = _per_lane("prompt_tokens", prompt_tokens, lanes, 1)
     output = _per_lane("output_tokens", output_tokens, lanes, 1)
     cached = _per_lane("cached_tokens", cached_tokens, lanes, 0)

@@ -42,7 +42,7 @@ import pandas as pd
 
 from toolkit._args import check_array, check_int, check_number
 from toolkit._data import load_csv
-from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 
 __all__ = ["kv_bytes_per_token", "memory"]
 

@@ -53,7 +53,6 @@ import math
 import numpy as np
 
 from toolkit._args import check_int, check_number
-from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import _efficiencies
 from toolkit._model.memory import (
@@ -63,6 +62,7 @@ from toolkit._model.memory import (
     _kv_layer_bytes,
     efficiency_value,
 )
+from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 
 __all__ = ["cost_model", "ttft_ms"]
 

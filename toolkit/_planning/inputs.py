@@ -13,7 +13,7 @@ from scipy.special import gammainccinv
 from scipy.stats import gamma
 
 from toolkit._data import load_csv
-from toolkit._model.catalog import resolve_model, resolve_quant
+from toolkit._model.resolve import resolve_model, resolve_quant
 
 __all__: list[str] = []
 

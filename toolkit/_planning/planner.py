@@ -50,7 +50,7 @@ from toolkit._model.catalog import backends as backend_catalog
 from toolkit._model.catalog import gpus as gpu_catalog
 from toolkit._model.catalog import models as model_catalog
 from toolkit._model.catalog import quantizations as quant_catalog
-from toolkit._model.catalog import resolve_backend, resolve_gpu, resolve_model, resolve_quant
+from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _percentile_label, _specs

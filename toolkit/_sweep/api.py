@@ -40,8 +40,9 @@ import httpx
 
 from toolkit._sweep.lanes import Lane
 from toolkit._sweep.plan import _Plan
+from toolkit._sweep.probe import _probe
 from toolkit._sweep.result import SweepResult
-from toolkit._sweep.runner import _probe, _Runner
+from toolkit._sweep.runner import _Runner
 
 __all__ = ["run_sweep", "sweep"]
 

@@ -37,58 +37,25 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from toolkit._sweep.files import redact
+from toolkit._sweep.records import (
+    _BARE_429_WAIT_S,
+    _BODY_EXCERPT,
+    _CLOCK_SLACK_S,
+    NAN,
+    _cancelled,
+    _LaneError,
+    _record,
+    _Stream,
+    _take_chunk,
+)
 
 __all__: list[str] = []
-
-NAN = math.nan
-_BODY_EXCERPT = 300  # characters of an error body kept in the record
-_BARE_429_WAIT_S = 1.0  # pause after a 429 that names no Retry-After, rather than retrying at once
-_CLOCK_SLACK_S = 0.05  # asyncio's timer may fire this much before time.monotonic() agrees
-_SERVER_TIMINGS = {  # lane column -> llama.cpp ``timings`` key
-    "server_tpot_ms": "predicted_per_token_ms",
-    "server_predicted_ms": "predicted_ms",
-    "server_predicted_n": "predicted_n",
-    "server_prompt_ms": "prompt_ms",
-    "server_prompt_n": "prompt_n",
-    "server_cache_n": "cache_n",
-}
-
-
-# issue 5's lane columns first, in its order; extras follow
-LANE_COLUMNS = [
-    "in_flight",
-    "lane",
-    "attempt",
-    "ttft_ms",
-    "tpot_ms",
-    "e2e_ms",
-    "llm_s",
-    "output_tokens",
-    "prompt_tokens",
-    "cached_tokens",
-    "slot_wait_s",
-    "postprocess_s",
-    "outcome",
-    "error",
-    "repeat",
-    "rate_rps",
-    "final",
-    "cancelled",
-    "tokens_from_usage",
-    "content_chunks",
-    "status_code",
-    "retry_after_s",
-    "start_s",
-    "end_s",
-    *_SERVER_TIMINGS,
-    "session",
-]
 
 
 @dataclass(frozen=True)
@@ -125,22 +92,6 @@ class LaneContext:
     on_record: Callable[[dict[str, Any]], None]
     deadline: float = math.inf  # time.monotonic() at which the sweep cancels what is in flight
     deadline_text: str = "cancelled: the sweep's deadline was reached"
-
-
-@dataclass
-class _Stream:
-    status: int = 0
-    text: list[str] = field(default_factory=list)
-    ttft_s: float = NAN
-    chunks: int = 0
-    usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
-    finished: bool = False
-    retry_after_s: float = NAN
-
-
-class _LaneError(Exception):
-    """A failed attempt; its message is what the lane record's ``error`` says."""
 
 
 async def run_lane(
@@ -228,32 +179,6 @@ async def _stream_chat(ctx: LaneContext, messages: list[dict[str, Any]], stream:
             _take_chunk(chunk, stream, start)
 
 
-def _take_chunk(chunk: Any, stream: _Stream, start: float) -> None:
-    if not isinstance(chunk, dict):
-        raise _LaneError(f"SSE data is not a JSON object: {str(chunk)[:_BODY_EXCERPT]!r}")
-    if chunk.get("error"):
-        raise _LaneError(f"server error in stream: {str(chunk['error'])[:_BODY_EXCERPT]}")
-    if isinstance(chunk.get("usage"), dict):
-        stream.usage = chunk["usage"]
-    if isinstance(chunk.get("timings"), dict):
-        stream.timings = chunk["timings"]
-    choices = chunk.get("choices") or []
-    if not isinstance(choices, list):
-        raise _LaneError(f"SSE chunk has a malformed 'choices': {str(choices)[:_BODY_EXCERPT]!r}")
-    for choice in choices:
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        if not isinstance(delta, dict):
-            delta = {}
-        piece = delta.get("content") or delta.get("reasoning_content")
-        if isinstance(piece, str) and piece:
-            if stream.chunks == 0:
-                stream.ttft_s = time.perf_counter() - start
-            stream.chunks += 1
-            stream.text.append(piece)
-        if isinstance(choice, dict) and choice.get("finish_reason"):
-            stream.finished = True
-
-
 async def _read_excerpt(response: httpx.Response) -> str:
     raw = b""
     async for block in response.aiter_bytes():
@@ -277,47 +202,6 @@ def _retry_after(value: str | None) -> float:
     return max(0.0, seconds) if math.isfinite(seconds) else NAN
 
 
-def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, Any]:
-    ok = not error
-    usage = stream.usage or {}
-    from_usage = ok and isinstance(usage.get("completion_tokens"), (int, float))
-    if not ok:
-        out = prompt = NAN
-    elif from_usage:
-        out = float(usage["completion_tokens"])
-        prompt = float(usage["prompt_tokens"]) if isinstance(usage.get("prompt_tokens"), (int, float)) else NAN
-    else:
-        out, prompt = float(stream.chunks), NAN
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    e2e_ms = (end - start) * 1000 if ok else NAN
-    ttft_ms = stream.ttft_s * 1000
-    tpot_ms = (e2e_ms - ttft_ms) / (out - 1) if ok and out >= 2 and math.isfinite(ttft_ms) else NAN
-    timings = stream.timings or {}
-    record = {
-        "ttft_ms": ttft_ms,
-        "tpot_ms": tpot_ms,
-        "e2e_ms": e2e_ms,
-        "llm_s": end - start,
-        "output_tokens": out,
-        "prompt_tokens": prompt,
-        "cached_tokens": float(cached) if ok and isinstance(cached, (int, float)) else NAN,
-        "slot_wait_s": 0.0,
-        "postprocess_s": 0.0,
-        "outcome": "ok" if ok else "error",
-        "error": error,
-        "tokens_from_usage": bool(from_usage),
-        "content_chunks": stream.chunks,
-        "status_code": stream.status,
-        "retry_after_s": stream.retry_after_s,
-        "cancelled": False,
-    }
-    for column, key in _SERVER_TIMINGS.items():
-        value = timings.get(key)
-        record[column] = float(value) if ok and isinstance(value, (int, float)) else NAN
-    return record
-
-
 async def _postprocess(ctx: LaneContext, lane: Lane, record: dict[str, Any]) -> None:
     waited = time.perf_counter()
     async with ctx.slots:
@@ -336,10 +220,3 @@ async def _postprocess(ctx: LaneContext, lane: Lane, record: dict[str, Any]) -> 
         record["postprocess_s"] = time.perf_counter() - began
     if reason:
         record["outcome"], record["error"] = "rejected", reason
-
-
-def _cancelled(base: dict[str, Any], start: float, level_t0: float, reason: str) -> dict[str, Any]:
-    now = time.perf_counter()
-    record = _record(_Stream(), start, now, reason)
-    record.update(base, start_s=start - level_t0, end_s=now - level_t0, final=False, cancelled=True)
-    return record

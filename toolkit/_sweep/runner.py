@@ -25,23 +25,20 @@ from toolkit._sweep.files import (
     LaneLog,
     read_frame,
     read_json,
-    redact,
     write_frame,
     write_json,
 )
-from toolkit._sweep.lanes import LANE_COLUMNS, LaneContext, run_lane
+from toolkit._sweep.lanes import LaneContext, run_lane
 from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, add_relative, aggregate, summarize
 from toolkit._sweep.metrics import Delta, Snapshot, delta, scrape_snapshot
 from toolkit._sweep.plan import _FINGERPRINT, _Level, _Plan, _same_rate
+from toolkit._sweep.records import LANE_COLUMNS
 from toolkit._sweep.result import SweepResult
 
 __all__: list[str] = []
 
 
 NAN = math.nan
-
-
-_PROBE_TIMEOUT_S = 10.0
 
 
 _METRICS_TIMEOUT_S = 10.0
@@ -298,28 +295,6 @@ class _Runner:
             "params": result.params,
         }
         write_json(run, out / RUN_FILE, secrets)
-
-
-async def _probe(client: httpx.AsyncClient, plan: _Plan) -> list[str]:
-    """Check that a server answers and return the model ids it lists (may be empty)."""
-    url = plan.root + "/v1/models"
-    try:
-        response = await client.get(url, timeout=min(plan.timeout_s, _PROBE_TIMEOUT_S))
-    except httpx.HTTPError as exc:
-        raise ConnectionError(
-            redact(f"nothing answered at {url} ({type(exc).__name__}); is the server running?", plan.secrets)
-        ) from None
-    if response.status_code in (401, 403):
-        raise PermissionError(
-            redact(f"{url} refused the request (HTTP {response.status_code}); check api_key", plan.secrets)
-        )
-    try:
-        ids = [m["id"] for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
-    except (ValueError, AttributeError, TypeError):
-        ids = []
-    if plan.model is None and not ids:
-        raise ValueError(f"model is None but {redact(url, plan.secrets)} lists no model; pass model=")
-    return ids
 
 
 def _matches(record: dict[str, Any], level: _Level) -> bool:

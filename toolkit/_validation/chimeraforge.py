@@ -17,7 +17,7 @@ from toolkit._data import load_csv
 from toolkit._model.serving import cost_model
 from toolkit._planning.pareto import pareto
 
-__all__: list[str] = []
+__all__ = ["compare_with_chimeraforge"]
 
 
 def _cheapest(table: pd.DataFrame) -> pd.DataFrame:

@@ -39,9 +39,32 @@ from toolkit._data import load_csv
 from toolkit._model.curves import batching_curve
 from toolkit._model.serving import cost_model
 
-__all__: list[str] = []
+__all__ = ["reference_sweep"]
 
 REFERENCE_CSV = "reference_vllm_sweep_32_lanes.csv"
+_REFERENCE_LANES = (8, 32)
+
+
+def reference_sweep(lanes: int = 32) -> pd.DataFrame:
+    """The published vLLM concurrency sweep this toolkit compares against (an RTX PRO 6000 Blackwell).
+
+    Parameters
+    ----------
+    lanes : int
+        Which table: the 32-lane sweep (in-flight limits 1..32) or the 8-lane one (limits 1..8).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per in-flight limit with the columns of ``SweepResult.levels`` that the table
+        reports (``in_flight``, ``wall_s`` in s, ``llm_sum_s`` in s, ``dec_tok_s`` in tokens/s, ...)
+        and its ``source``.
+    """
+    if isinstance(lanes, bool) or lanes not in _REFERENCE_LANES:
+        raise ValueError(f"lanes must be one of {', '.join(map(str, _REFERENCE_LANES))}; got {lanes!r}")
+    return load_csv(f"reference_vllm_sweep_{lanes}_lanes.csv")
+
+
 MODEL, GPU, QUANT = "Llama-3.1-8B", "RTX PRO 6000 Blackwell", "bf16"
 MAX_ATTEMPTS = 10  # the reference's retry budget per lane
 MAX_NUM_SEQS = 32  # the reference's vLLM --max-num-seqs

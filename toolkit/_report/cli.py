@@ -1,0 +1,53 @@
+"""The ``report`` subcommand of ``python -m toolkit``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__: list[str] = []
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``report`` to the ``python -m toolkit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The parent parser's subparsers; ``report`` is added with ``func`` set.
+
+    Returns
+    -------
+    None
+    """
+    p = subparsers.add_parser(
+        "report",
+        help="measure a server (default: the local llama-server) and write reports/<date>-<name>/",
+        description="Measure a server (env BASE_URL / MODEL; default: start the local llama-server with"
+        " Gemma-3-270M), draw it beside the reference vLLM run, execute the notebooks and write a"
+        " self-contained HTML report with PNG/SVG charts and CSV tables. API key: env TOOLKIT_API_KEY.",
+    )
+    p.add_argument("--base-url", help="server to measure (default: env BASE_URL, else local llama-server)")
+    p.add_argument("--model", help="model name the server expects (default: env MODEL)")
+    p.add_argument("--name", help="report name (default: from the model)")
+    p.add_argument("--out", type=Path, help="report folder (default: reports/<date>-<name>)")
+    p.add_argument(
+        "--recorded", action="store_true", help="draw the recorded run shipped with the package, measure nothing"
+    )
+    p.add_argument("--no-notebooks", action="store_true", help="do not execute the notebooks")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from toolkit._report.build import build_report
+
+    index = build_report(
+        out_dir=args.out,
+        base_url=args.base_url,
+        model=args.model,
+        name=args.name,
+        recorded=args.recorded,
+        execute_notebooks=not args.no_notebooks,
+    )
+    print(index)
+    return 0

@@ -1,0 +1,154 @@
+"""The run a report shows: the recorded llama-server run, a fresh local measurement, or a named server's."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pandas as pd
+
+from toolkit._data import load_csv
+
+__all__ = ["notebook_levels"]
+
+
+# The local sweep matches the recorded one (data/llamacpp_sweep_gemma3_270m_conditions.csv): about
+# two minutes on 2 cores.
+LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128}
+
+
+RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
+
+
+RECORDED_SHOWN = (
+    "date",
+    "cpu_model",
+    "cpu_cores",
+    "load_average_1min_before",
+    "llama_server_version",
+    "server_command",
+    "model",
+    "lanes",
+    "limits",
+    "max_tokens",
+    "temperature",
+)
+
+
+REMOTE_SWEEP = {"lanes": 32, "limits": (1, 2, 4, 8, 16, 32), "max_tokens": 256}
+
+
+@dataclass
+class _Run:
+    """One measured (or recorded) sweep and how it was obtained."""
+
+    levels: pd.DataFrame
+    lanes: pd.DataFrame | None
+    label: str
+    conditions: dict[str, str] = field(default_factory=dict)
+    # the machine a local Gemma-3-270M llama-server ran on (a measure_host() row): set only for runs
+    # the serving model can predict, which get the predicted-against-measured section
+    host: pd.DataFrame | None = None
+
+
+def _recorded_run() -> _Run:
+    """The llama-server sweep recorded in the package data (by the sweep harness, with its host)."""
+    from toolkit._validation.closed_loop import RECORDED_HOST, RECORDED_LANES, RECORDED_LEVELS
+
+    recorded = load_csv(RECORDED_CONDITIONS).set_index("key")["value"]
+    conditions = {"source": f"the run recorded in the package data ({RECORDED_LEVELS}); no server was started"}
+    conditions.update({key: str(recorded[key]) for key in RECORDED_SHOWN if key in recorded.index})
+    levels = load_csv(RECORDED_LEVELS).drop(columns=["source"], errors="ignore")
+    label = "llama-server, Gemma-3-270M (recorded)"
+    return _Run(levels, load_csv(RECORDED_LANES), label, conditions, host=load_csv(RECORDED_HOST))
+
+
+def _measure_local(out: Path) -> _Run:
+    from toolkit._model.host import measure_host
+    from toolkit._sweep.llama_server import LlamaServer, server_version
+
+    host = measure_host()  # before the server starts, so nothing competes with the measurement
+    label = "llama-server, Gemma-3-270M (this machine)"
+    with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
+        run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label)
+    run.conditions["server"] = f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}"
+    run.host = host
+    return run
+
+
+def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, settings: dict, label: str) -> _Run:
+    """Sweep ``base_url`` with the standard lane set; the sweep's own files go to ``out/sweep``."""
+    from toolkit._sweep.api import run_sweep
+    from toolkit._sweep.prompts import lane_prompts
+
+    system_prompt, prompts = lane_prompts(settings["lanes"])
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    result = run_sweep(
+        base_url,
+        model,
+        prompts,
+        limits=settings["limits"],
+        max_tokens=settings["max_tokens"],
+        system_prompt=system_prompt,
+        api_key=api_key,
+        out_dir=out / "sweep",
+    )
+    conditions = {
+        "source": f"measured {started}" + (f" (stopped early: {result.stopped})" if result.stopped else ""),
+        "server": _display_url(base_url),
+        "model": str(result.params.get("model", model)),
+        "sweep": f"{settings['lanes']} lanes at in-flight limits {', '.join(map(str, settings['limits']))},"
+        f" max {settings['max_tokens']} output tokens, prompts from toolkit._sweep.prompts",
+    }
+    return _Run(result.levels, result.lanes, label, conditions)
+
+
+def _display_url(url: str) -> str:
+    """``url`` without any user:password part."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+
+
+async def notebook_levels(
+    base_url: str | None = None, model: str | None = None, sweep_dir: str | Path | None = None
+) -> tuple[pd.DataFrame, str]:
+    """The sweep levels a notebook draws, and their label: a folder's, a fresh sweep's or the recorded run's.
+
+    Parameters
+    ----------
+    base_url : str, optional
+        A server to sweep now (8 lanes, limits 1, 2, 4, 8, 128 output tokens) when no ``sweep_dir``.
+    model : str, optional
+        Model name the server expects (None: the first ``/v1/models`` lists).
+    sweep_dir : str or pathlib.Path, optional
+        A folder holding a sweep's ``levels.csv`` (a sweep's ``out_dir`` or a report folder); wins
+        over ``base_url``.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, str)
+        ``SweepResult.levels`` columns (``in_flight``, ``wall_s`` in s, ``dec_tok_s`` in tokens/s,
+        ...) and a label naming the run. With neither argument: the recorded llama-server run.
+    """
+    if sweep_dir:
+        return pd.read_csv(Path(sweep_dir) / "levels.csv", comment="#"), f"the run in {Path(sweep_dir).name}"
+    if base_url:
+        from toolkit._sweep.api import sweep
+        from toolkit._sweep.prompts import lane_prompts
+
+        system_prompt, prompts = lane_prompts(LOCAL_SWEEP["lanes"])
+        result = await sweep(
+            base_url,
+            model,
+            prompts,
+            limits=LOCAL_SWEEP["limits"],
+            max_tokens=LOCAL_SWEEP["max_tokens"],
+            system_prompt=system_prompt,
+        )
+        return result.levels, f"{result.params.get('model', model)} at {_display_url(base_url)}"
+    run = _recorded_run()
+    return run.levels, run.label

@@ -1,0 +1,243 @@
+"""The report's sections: measured accuracy, queueing, the frontier, batching, the notebooks."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from toolkit._data import load_csv
+from toolkit._report import charts as _charts
+from toolkit._report import panels as _panels
+from toolkit._report.measure import _Run
+from toolkit._report.tiles import decomposition_note, stat_tiles
+
+__all__: list[str] = []
+
+
+REFERENCE_CSV = "reference_vllm_sweep_32_lanes.csv"
+
+
+# environment variables the notebooks read their parameters from
+NOTEBOOK_ENV = {"base_url": "TOOLKIT_BASE_URL", "model": "TOOLKIT_MODEL", "sweep_dir": "TOOLKIT_SWEEP_DIR"}
+
+
+# The serving-model section predicts the reference run's hardware: an 8B bf16 model (Llama-3.1-8B's
+# geometry standing in for Bonsai-8B) on one RTX PRO 6000 Blackwell, at 2,048 tokens of context.
+REFERENCE_SETUP = {"model": "Llama-3.1-8B", "gpu": "RTX PRO 6000 Blackwell", "quant": "bf16", "context_tokens": 2048}
+
+
+# The queueing section: utilisations of the closed-form lines, requests per simulated cell (enough
+# for a few per cent of sampling error below utilisation 0.9, and a few seconds of CPU).
+QUEUE_UTILIZATIONS = np.linspace(0.05, 0.97, 47)
+
+
+QUEUE_SIM_REQUESTS = 200_000
+
+
+# The capacity question of notebook 01: Llama-3.1-8B at 3 req/s, 512 tokens in, 128 out, p95 under 5 s.
+FRONTIER_QUESTION = {
+    "request_rate": 3,
+    "prompt_tokens": 512,
+    "output_tokens": 128,
+    "slo_e2e_ms": 5000,
+    "models": "Llama-3.1-8B",
+    "backends": ("vllm", "ollama"),
+    "tensor_parallel": (1, 2),
+}
+
+
+@dataclass
+class _Section:
+    title: str
+    body: str  # HTML, already escaped
+
+
+def _sections(run: _Run, out: Path) -> list[_Section]:
+    reference = load_csv(REFERENCE_CSV)
+    ref_label = "vLLM, Bonsai-8B, RTX PRO 6000 (reference)"
+    reference.to_csv(out / "reference_levels.csv", index=False)
+    throughput = _charts.decode_throughput_chart(run.levels, reference, label=run.label, reference_label=ref_label)
+    decomposition = _charts.decomposition_chart(run.levels, reference, label=run.label, reference_label=ref_label)
+    lanes = "" if run.lanes is None else _table_html(run.lanes, f"Lane attempts: {run.label}", "lanes.csv")
+    sections = [
+        _Section(
+            "Decode throughput against concurrency",
+            stat_tiles(run.levels)
+            + _chart_html(throughput, "decode_throughput", out)
+            + "<p>Output tokens per second of wall clock at each in-flight limit, the same lanes at"
+            " every limit. Beside it, the reference run this chart reproduces (its own y scale); its"
+            " 2-lane column is a measured dip, a level whose lanes spent their retry budgets and"
+            " generated twice the output tokens of the others.</p>",
+        ),
+        _Section(
+            "Where the time goes",
+            _chart_html(decomposition, "decomposition", out)
+            + "<p>Summed lane time flat across limits means the server batches the lanes; growing"
+            " with the limit means it queues them. Slot wait is the serialized post-processing.</p><ul>"
+            + f"<li><b>{html.escape(run.label)}</b>: {html.escape(decomposition_note(run.levels))}</li>"
+            + f"<li><b>{html.escape(ref_label)}</b>: {html.escape(decomposition_note(reference))}</li>"
+            + "</ul>"
+            + _table_html(run.levels, f"Measured levels: {run.label}", "levels.csv")
+            + lanes
+            + _table_html(reference, f"Reference levels: {ref_label}", "reference_levels.csv"),
+        ),
+    ]
+    if run.host is not None and run.lanes is not None:
+        sections.append(_accuracy_section(run, out))
+    return sections + [_batching_section(reference, out), _queueing_section(out), _frontier_section(out)]
+
+
+def _accuracy_section(run: _Run, out: Path) -> _Section:
+    """Predicted against measured for the Gemma run: uncalibrated, then calibrated on some levels."""
+    from toolkit._validation.closed_loop import FIT_LIMITS, llamacpp_closed_loop_check, summarize_errors
+
+    table = llamacpp_closed_loop_check((run.lanes, run.levels), gpu=run.host)
+    table.to_csv(out / "accuracy.csv", index=False)
+    summary = summarize_errors(table)
+    fitted = table.attrs["calibration"]
+    fitted_names = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
+    params = ", ".join(f"{k} {float(fitted[k].iloc[0]):.3g}" for k in fitted_names)
+    return _Section(
+        "Predicted against measured",
+        _chart_html(_panels._accuracy_chart(table), "accuracy", out)
+        + "<p>The serving model predicts each level of this run (simulator, one request per lane, the"
+        " lanes' own token counts) from the host's measured bandwidth and matrix rate, first with the"
+        f" default efficiencies, then calibrated on limits {', '.join(map(str, FIT_LIMITS))} and checked on"
+        f" the others (fitted: {html.escape(params)}).</p>"
+        + _table_html(summary, "Median and largest absolute relative error", "accuracy.csv", open_=True)
+        + _table_html(table, "Every level and metric", "accuracy.csv"),
+    )
+
+
+def _queueing_section(out: Path) -> _Section:
+    from toolkit._queueing.closed_forms import queue_wait, workload_presets
+    from toolkit._queueing.wait_check import compare_wait_models
+
+    presets = workload_presets()
+    with warnings.catch_warnings():  # the tail warning is what this section shows, in numbers
+        warnings.simplefilter("ignore")
+        closed = queue_wait(
+            arrival_rate=QUEUE_UTILIZATIONS[:, None], service_time_s=1.0, cs2=presets["cs2"].to_numpy()[None, :]
+        )
+    table = compare_wait_models(num_requests=QUEUE_SIM_REQUESTS, replications=4)
+    table.to_csv(out / "queueing.csv", index=False)
+    worst = table.loc[table["rel_err"].idxmin()]
+    errors = table.pivot_table(index="utilization", columns=["cs2", "distribution"], values="rel_err")
+    errors = errors.map(lambda v: f"{v:+.0%}")
+    errors.columns = [f"cs2 {c:g} {d}" for c, d in errors.columns]
+    return _Section(
+        "Queueing: where the closed form holds",
+        _chart_html(_charts.queueing_chart(closed, table), "queueing", out)
+        + "<p>One FIFO server, Poisson arrivals, mean service 1 s: the p95 wait of the closed form"
+        " (Pollaczek-Khinchine / Kingman with the exponential tail) against simulated queues of"
+        f" {QUEUE_SIM_REQUESTS:,} requests per cell. Its largest under-estimate here:"
+        f" {-worst['rel_err']:.0%} at utilisation {worst['utilization']:g}, cs² {worst['cs2']:g}"
+        f" ({html.escape(str(worst['distribution']))} service).</p>"
+        + _table_html(
+            errors.reset_index(), "p95 relative error (closed form / simulated - 1)", "queueing.csv", open_=True
+        ),
+    )
+
+
+def _frontier_section(out: Path) -> _Section:
+    from toolkit._planning.pareto import pareto
+    from toolkit._planning.planner import plan
+
+    plans = plan(**FRONTIER_QUESTION)
+    meets = plans[plans["meets_slo"]]
+    frontier = pareto(meets)
+    frontier.to_csv(out / "frontier.csv", index=False)
+    config = ["gpu", "quant", "backend", "tensor_parallel", "replicas"]
+    staircase = pareto(meets, maximize=()).drop_duplicates(config).sort_values("cost_usd_month")
+    shown = [*config, "batch", "ttft_ms", "tpot_ms", "e2e_p95_ms", "cost_usd_month", "quality"]
+    question = ", ".join(f"{k} {v}" for k, v in FRONTIER_QUESTION.items())
+    return _Section(
+        "Capacity plan: cost against latency",
+        _chart_html(_charts.frontier_chart(meets, frontier), "frontier", out)
+        + f"<p>toolkit.plan({html.escape(question)}): {len(plans):,} candidates, {len(meets):,} meeting"
+        " the SLO. Each step down the staircase below is a cheaper fleet and the latency it costs.</p>"
+        + _table_html(staircase[shown], "Cost-latency staircase", "frontier.csv", open_=True),
+    )
+
+
+def _batching_section(reference: pd.DataFrame, out: Path) -> _Section:
+    from toolkit._model.curves import batching_curve
+
+    curve = batching_curve(**REFERENCE_SETUP)
+    curve.to_csv(out / "batching_curve.csv", index=False)
+    single = float(curve.loc[curve["batch"] == 1, "aggregate_tok_s"].iloc[0])
+    measured = float(reference.loc[reference["in_flight"] == 1, "dec_tok_s"].iloc[0])
+    setup = ", ".join(str(v) for v in REFERENCE_SETUP.values())
+    return _Section(
+        "Serving model: the reference hardware",
+        _chart_html(_charts.batching_chart(curve), "batching_curve", out)
+        + f"<p>Predicted from the datasheet and the default efficiencies ({html.escape(setup)} context"
+        f" tokens): {single:,.0f} tokens/s single-stream, against {measured:,.0f} tokens/s measured at one"
+        f" lane in flight in the reference run ({single / measured - 1:+.0%}). The KV cache holds"
+        f" {int(curve['max_concurrent_seqs'].iloc[0]):,} such sequences; the reference ran at most"
+        f" {int(reference['in_flight'].max())} in flight.</p>"
+        + _table_html(curve, "Batching curve", "batching_curve.csv"),
+    )
+
+
+def _chart_html(chart: alt.TopLevelMixin, slug: str, out: Path) -> str:
+    _panels.save_chart(chart, out / f"{slug}.png", out / f"{slug}.svg")
+    spec = json.dumps(chart.to_dict()).replace("<", "\\u003c")  # no "</script>" can end the block
+    return (
+        f'<figure><div class="chart" data-chart="{slug}"></div>'
+        f'<script type="application/json" id="spec-{slug}">{spec}</script>'
+        f'<figcaption>Static copies: <a href="{slug}.png">PNG</a>, <a href="{slug}.svg">SVG</a>'
+        "</figcaption></figure>"
+    )
+
+
+def _table_html(df: pd.DataFrame, summary: str, csv_name: str, *, open_: bool = False) -> str:
+    table = df.to_html(index=False, escape=True, na_rep="", float_format=lambda v: f"{v:,.4g}", border=0)
+    link = f'<a href="{html.escape(csv_name)}">CSV</a>'
+    return (
+        f"<details{' open' if open_ else ''}><summary>{html.escape(summary)} ({link})</summary>"
+        f'<div class="table">{table}</div></details>'
+    )
+
+
+def _notebook_section(out: Path, base_url: str | None, model: str | None, notebook_dir: Path) -> _Section:
+    """Execute every notebook against this run (parameters through the environment) and list them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    env = {**os.environ, NOTEBOOK_ENV["sweep_dir"]: str(out.resolve())}
+    for key, value in (("base_url", base_url), ("model", model)):
+        if value:
+            env[NOTEBOOK_ENV[key]] = value
+    (out / "notebooks").mkdir(exist_ok=True)
+    rows = []
+    for path in sorted(notebook_dir.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        client = NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(notebook_dir)}}
+        )
+        start = time.perf_counter()
+        try:
+            client.execute(env=env)
+            status = "ok"
+        except Exception as err:  # noqa: BLE001 - a failing notebook is reported in the page, not fatal
+            status = f"failed: {type(err).__name__}: " + (str(err).strip().splitlines() or [""])[-1]
+        nbformat.write(nb, out / "notebooks" / path.name)
+        rows.append((path.name, status, time.perf_counter() - start))
+    items = "".join(
+        f'<li><a href="notebooks/{html.escape(n)}">{html.escape(n)}</a>: {html.escape(s)} ({t:.0f} s)</li>'
+        for n, s, t in rows
+    )
+    return _Section(
+        "Notebooks",
+        f"<p>Executed against this run and the catalogs; open them in Jupyter.</p><ul>{items}</ul>",
+    )

@@ -1,0 +1,84 @@
+"""Summary tiles and the time-decomposition note of a sweep's levels."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+__all__ = ["decomposition_note", "stat_tiles"]
+
+
+def stat_tiles(levels: pd.DataFrame) -> str:
+    """Headline stat tiles of a sweep as HTML: time for all lanes, decode gain, prefix-cache hits.
+
+    Parameters
+    ----------
+    levels : pandas.DataFrame
+        Sweep levels: ``in_flight``, ``lanes``, ``wall_s`` (s), ``dec_tok_s`` (tokens/s) and
+        optionally ``prefix_hit_rate`` (0..1).
+
+    Returns
+    -------
+    str
+        A ``<div class="tiles">`` of three tiles: wall clock at the top limit against the first,
+        decode tokens/s gain from the first to the top limit, prefix-cache hit range (or n/a).
+    """
+    df = levels.sort_values("in_flight")
+    first, last = df.iloc[0], df.iloc[-1]
+    lanes = f"for {int(last['lanes'])} lanes " if "lanes" in df else ""
+    tiles = [
+        (
+            f"{last['wall_s']:.0f} s",
+            f"{lanes}at {int(last['in_flight'])} in flight, against {first['wall_s']:.0f} s at"
+            f" {int(first['in_flight'])}",
+        ),
+        (
+            f"{last['dec_tok_s'] / first['dec_tok_s']:.1f}x",
+            f"decode throughput ({first['dec_tok_s']:,.0f} to {last['dec_tok_s']:,.0f} tokens/s)",
+        ),
+    ]
+    hits = df["prefix_hit_rate"].dropna() if "prefix_hit_rate" in df else pd.Series(dtype=float)
+    if len(hits):
+        lo, hi = round(100 * hits.min()), round(100 * hits.max())
+        tiles.append((f"{lo}%" if lo == hi else f"{lo}-{hi}%", "prefix cache hits (server /metrics)"))
+    else:
+        tiles.append(("n/a", "prefix cache hits: the server exposed no counter"))
+    cards = "".join(
+        f'<div class="tile"><div class="value">{html.escape(value)}</div>'
+        f'<div class="label">{html.escape(label)}</div></div>'
+        for value, label in tiles
+    )
+    return f'<div class="tiles">{cards}</div>'
+
+
+def decomposition_note(levels: pd.DataFrame) -> str:
+    """What a sweep's decomposition says, in one sentence of its measured numbers.
+
+    Parameters
+    ----------
+    levels : pandas.DataFrame
+        Sweep levels: ``in_flight``, ``wall_s`` (s), optionally ``llm_sum_s``, ``slot_wait_s`` (s)
+        and ``verdict``.
+
+    Returns
+    -------
+    str
+        Wall clock and summed lane time from the first to the top limit, their ratio, the sweep's
+        verdict and the slot wait's share of wall clock, where recorded.
+    """
+    df = levels.sort_values("in_flight")
+    first, last = df.iloc[0], df.iloc[-1]
+    span = f"from {int(first['in_flight'])} to {int(last['in_flight'])} in flight"
+    wall = f"wall clock {first['wall_s']:,.1f} s to {last['wall_s']:,.1f} s"
+    if "llm_sum_s" not in df or df["llm_sum_s"].isna().all():
+        return f"{span}, {wall}; summed lane time was not recorded, so batching and queueing cannot be told apart."
+    growth = last["llm_sum_s"] / first["llm_sum_s"]
+    lane_time = f"summed lane time went {first['llm_sum_s']:,.1f} s to {last['llm_sum_s']:,.1f} s ({growth:.1f}x)"
+    note = f"{span}, {wall}, while {lane_time}"
+    if "verdict" in df and pd.notna(last["verdict"]):
+        note += f": the sweep's verdict is {last['verdict']}"
+    if "slot_wait_s" in df and pd.notna(last["slot_wait_s"]):
+        share = last["slot_wait_s"] / last["wall_s"]
+        note += f"; slot wait at the top limit {last['slot_wait_s']:,.2f} s ({share:.0%} of wall clock)"
+    return note + "."
