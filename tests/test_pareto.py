@@ -137,3 +137,42 @@ def test_bad_arguments_raise(kwargs, match):
 def test_not_a_frame_raises():
     with pytest.raises(ValueError, match="df"):
         pareto([1, 2, 3])
+
+
+def _brute_force_any(costs: np.ndarray) -> np.ndarray:
+    """Dominated mask for any number of objectives (smaller is better everywhere), pair by pair."""
+    n = len(costs)
+    out = np.zeros(n, dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            if i != j and (costs[j] <= costs[i]).all() and (costs[j] < costs[i]).any():
+                out[i] = True
+                break
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda k: st.lists(
+            st.lists(st.one_of(st.integers(0, 3).map(float), st.just(math.inf)), min_size=k, max_size=k),
+            max_size=40,
+        )
+    ),
+    st.sampled_from([1, 2048]),
+)
+def test_every_skyline_path_equals_brute_force(rows, max_levels):
+    """The running-minimum path (<= 3 objectives) and the block path (more objectives, or more
+    levels than the limit: forced with a limit of 1) both return the brute force's rows."""
+    from toolkit._planning import pareto as module
+
+    costs = np.array(rows, dtype=float).reshape(len(rows), -1 if rows else 0)
+    if costs.size == 0:
+        return
+    original = module._MAX_LEVELS
+    module._MAX_LEVELS = max_levels
+    try:
+        got = module._dominated(costs)
+    finally:
+        module._MAX_LEVELS = original
+    np.testing.assert_array_equal(got, _brute_force_any(costs))

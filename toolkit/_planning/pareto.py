@@ -1,8 +1,14 @@
 """The Pareto frontier of a candidate table: the rows no other row beats on every objective.
 
 A row *dominates* another when it is no worse on every objective and strictly better on at least
-one. Dominance is evaluated with numpy over blocks of rows (memory ``block x n x objectives``
-booleans), so a few thousand planner candidates take milliseconds.
+one. The skyline is computed on the distinct objective vectors (exact copies share a verdict: a
+copy never dominates its twin). Sorted lexicographically, a vector's dominators all come before it,
+so with the objective of fewest distinct values as the "level" axis (the quality score, typically)
+a vector ``p`` is dominated exactly when some earlier vector at a level no worse than ``p``'s is no
+worse on the remaining axis: one running minimum per level, ``O(n x levels)`` numpy work. With four
+or more objectives, or too many levels, the sorted vectors are checked in blocks against the
+frontier found so far (sort-filter skyline: a frontier vector is final once reached), which costs
+``O(n x (frontier + block))``.
 
 Missing values: a NaN objective ranks as the worst possible value on its axis (tied with other
 NaNs and with an infinite value in the bad direction). An unknown quality therefore never beats a
@@ -21,6 +27,10 @@ __all__ = ["pareto"]
 
 # booleans per block of the dominance cube; bounds memory at about 16 MiB
 _BLOCK_ELEMENTS = 1 << 24
+# rows checked at once by the sort-filter skyline
+_SFS_BLOCK = 1024
+# above this many distinct values on the level axis the running minima cost more than the blocks
+_MAX_LEVELS = 2048
 
 
 def pareto(
@@ -87,13 +97,59 @@ def _as_costs(df: pd.DataFrame, minimize: list[str], maximize: list[str]) -> np.
 def _dominated(costs: np.ndarray) -> np.ndarray:
     """Boolean mask: row i is dominated by some row j (j <= i everywhere and < somewhere)."""
     n, k = costs.shape
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    unique, inverse = np.unique(costs, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    levels = [np.unique(unique[:, a]).size for a in range(k)]
+    level_axis = int(np.argmin(levels))
+    if k == 1:
+        dominated = unique[:, 0] > unique[0, 0]  # np.unique sorts: row 0 is the minimum
+    elif k == 2:
+        dominated = _dominated_by_levels(unique, None)
+    elif k == 3 and levels[level_axis] <= _MAX_LEVELS:
+        others = [a for a in range(k) if a != level_axis]
+        dominated = _dominated_by_levels(unique[:, others], unique[:, level_axis])
+    else:
+        dominated = _dominated_by_blocks(unique)
+    return dominated[inverse]
+
+
+def _dominated_by_levels(plane: np.ndarray, level: np.ndarray | None) -> np.ndarray:
+    """Distinct vectors (first, second[, level]): dominated iff an earlier vector in lexicographic
+    order of (first, second) with a level no worse has a second value no worse (the first is no
+    worse by the order; being distinct, it is better somewhere)."""
+    n = len(plane)
+    level = np.zeros(n) if level is None else level
+    order = np.lexsort((level, plane[:, 1], plane[:, 0]))
+    second = plane[order, 1]
+    lev = level[order]
     out = np.zeros(n, dtype=bool)
-    block = max(1, _BLOCK_ELEMENTS // max(1, n * k))
+    for value in np.unique(lev):
+        eligible = lev <= value
+        before = np.concatenate(([np.inf], np.minimum.accumulate(np.where(eligible, second, np.inf))[:-1]))
+        # +inf is also a real objective value (NaN ranks as +inf): count who is eligible before
+        any_before = np.concatenate(([0], np.cumsum(eligible)[:-1])) > 0
+        at = lev == value
+        out[order[at]] = any_before[at] & (before[at] <= second[at])
+    return out
+
+
+def _dominated_by_blocks(unique: np.ndarray) -> np.ndarray:
+    """Sort-filter skyline over lexicographically sorted distinct vectors, a block at a time."""
+    n, k = unique.shape  # np.unique returns them in lexicographic order
+    out = np.zeros(n, dtype=bool)
+    frontier = np.empty((0, k))
+    block = max(1, min(_SFS_BLOCK, _BLOCK_ELEMENTS // max(1, k * (n // 8 + 1))))
     for start in range(0, n, block):
-        rows = costs[start : start + block, None, :]  # (b, 1, k): the rows under test
-        no_worse = (costs[None, :, :] <= rows).all(axis=2)  # (b, n): j no worse than i
-        better = (costs[None, :, :] < rows).any(axis=2)  # (b, n): j strictly better somewhere
-        out[start : start + block] = (no_worse & better).any(axis=1)
+        rows = unique[start : start + block]
+        against = np.concatenate([frontier, rows])
+        # distinct vectors: j <= i everywhere with j != i means j dominates i
+        no_worse = (against[None, :, :] <= rows[:, None, :]).all(axis=2)
+        no_worse[:, len(frontier) :] &= ~np.eye(len(rows), dtype=bool)
+        dom = no_worse.any(axis=1)
+        out[start : start + block] = dom
+        frontier = np.concatenate([frontier, rows[~dom]])
     return out
 
 

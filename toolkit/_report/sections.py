@@ -211,8 +211,14 @@ def _table_html(df: pd.DataFrame, summary: str, csv_name: str, *, open_: bool = 
 
 def _notebook_section(out: Path, base_url: str | None, model: str | None, notebook_dir: Path) -> _Section:
     """Execute every notebook against this run (parameters through the environment) and list them."""
-    import nbformat
-    from nbclient import NotebookClient
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+    except ImportError:
+        raise ValueError(
+            "execute_notebooks=True needs the notebooks extra: pip install 'toolkit[notebooks]'"
+            " (or pass execute_notebooks=False)"
+        ) from None
 
     env = {**os.environ, NOTEBOOK_ENV["sweep_dir"]: str(out.resolve())}
     for key, value in (("base_url", base_url), ("model", model)):
