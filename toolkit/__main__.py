@@ -1,23 +1,55 @@
-"""Command line: ``python -m toolkit {plan,sweep,report} ...``."""
+"""Command line: ``python -m toolkit {plan,sweep,report} ...``.
+
+A user error (a bad argument, a missing file, a server that does not answer) ends in one line on
+stderr and exit status 2, never a traceback; output piped into a program that stops reading (``|
+head``) ends quietly. Only argparse is imported until a subcommand runs, so ``--help`` is instant.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+__all__: list[str] = []
+
+USAGE_ERROR = 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ValueError, OSError, TimeoutError]
+    if "httpx" in sys.modules:  # loaded only when a subcommand talked to a server
+        errors.append(sys.modules["httpx"].HTTPError)
+    return tuple(errors)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
+    from toolkit import __version__
     from toolkit._planning import cli as _planner
     from toolkit._report import cli as _report
     from toolkit._sweep import cli as _sweep_cli
 
-    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (_planner, _sweep_cli, _report):
         module.add_cli(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away: point stdout at devnull so the interpreter's final flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except _user_errors() as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

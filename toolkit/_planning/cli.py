@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from toolkit._planning.inputs import _percentile_label
-from toolkit._planning.planner import plan
+if TYPE_CHECKING:  # pandas and the planner load when a plan runs, not for --help or a usage error
+    import pandas as pd
 
 __all__: list[str] = []
 
@@ -27,22 +26,24 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         The subparser's ``func`` prints the plans (or their Pareto frontier) and returns 0.
     """
     p = subparsers.add_parser("plan", help="cheapest fleets meeting a request rate under latency SLOs")
-    p.add_argument("--rate", type=float, required=True, help="requests per second")
-    p.add_argument("--prompt-tokens", type=int, required=True)
-    p.add_argument("--output-tokens", type=int, required=True)
-    p.add_argument("--slo-ttft-ms", type=float)
-    p.add_argument("--slo-tpot-ms", type=float)
-    p.add_argument("--slo-e2e-ms", type=float)
-    p.add_argument("--percentile", type=float, default=0.95)
+    p.add_argument("--rate", type=float, required=True, help="fleet arrival rate, requests per second (> 0)")
+    p.add_argument("--prompt-tokens", type=int, required=True, help="prompt tokens per request (>= 1)")
+    p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request (>= 1)")
+    p.add_argument("--slo-ttft-ms", type=float, help="time-to-first-token target at --percentile, ms")
+    p.add_argument("--slo-tpot-ms", type=float, help="time-per-output-token target at --percentile, ms")
+    p.add_argument("--slo-e2e-ms", type=float, help="end-to-end latency target at --percentile, ms")
+    p.add_argument("--percentile", type=float, default=0.95, help="quantile of the SLOs, in (0, 1); default 0.95")
     p.add_argument("--model", action="append", dest="models", help="repeatable; default: whole catalog")
-    p.add_argument("--gpu", action="append", dest="gpus")
-    p.add_argument("--quant", action="append", dest="quants")
-    p.add_argument("--backend", action="append", dest="backends")
+    p.add_argument("--gpu", action="append", dest="gpus", help="repeatable; default: whole catalog")
+    p.add_argument("--quant", action="append", dest="quants", help="weight format, repeatable; default: all")
+    p.add_argument("--backend", action="append", dest="backends", help="serving engine, repeatable; default: all")
     p.add_argument("--tensor-parallel", type=int, action="append", help="repeatable; default 1 2 4 8")
-    p.add_argument("--max-replicas", type=int, default=64)
-    p.add_argument("--workload", default="chatbot")
-    p.add_argument("--prefix-cache-hit-rate", type=float, default=0.0)
-    p.add_argument("--budget-usd-month", type=float)
+    p.add_argument("--max-replicas", type=int, default=64, help="largest fleet considered (default 64)")
+    p.add_argument("--workload", default="chatbot", help="variance preset: steady, chatbot, bursty, agent")
+    p.add_argument(
+        "--prefix-cache-hit-rate", type=float, default=0.0, help="share of prompt tokens served from cache, [0, 1)"
+    )
+    p.add_argument("--budget-usd-month", type=float, help="monthly budget in USD (plans above it are flagged)")
     p.add_argument("--pareto", action="store_true", help="show only the Pareto frontier of plans meeting the SLOs")
     p.add_argument("--all", action="store_true", help="include plans that miss the SLOs")
     p.add_argument("--top", type=int, default=20, help="groups of rows to print (table output)")
@@ -51,7 +52,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_cli(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from toolkit._planning.inputs import _percentile_label
     from toolkit._planning.pareto import pareto
+    from toolkit._planning.planner import plan
 
     table = plan(
         args.rate,
