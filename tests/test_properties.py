@@ -158,6 +158,11 @@ SPECS: dict[str, Spec] = {
         examples=10,
     ),
     "reference_sweep": Spec(kwargs={"lanes": 32}, numeric={"lanes": "int"}),
+    "load_trace": Spec(kwargs={"name_or_path": "azure-code-2023", "duration_s": 60.0}, examples=10),
+    "describe_workload": Spec(
+        kwargs={"trace": pd.DataFrame({"arrival_s": [0.0, 1.0, 3.0], "prompt_tokens": 5, "output_tokens": 2})},
+        examples=10,
+    ),
     "scrape_metrics": Spec(needs_server=True),
     "LlamaServer": Spec(),
     "queueing_chart": Spec(
@@ -189,6 +194,7 @@ NOT_NUMERIC: dict[str, str] = {
     "stat_tiles": "takes a DataFrame",
     "decomposition_note": "takes a DataFrame",
     "notebook_levels": "takes a URL, a model name and a folder",
+    "WorkloadDescription": "a result record returned by describe_workload",
 }
 
 # fields a docstring documents as possibly infinite or missing

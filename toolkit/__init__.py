@@ -40,6 +40,10 @@ _EXPORTS: dict[str, str] = {
     "simulate": "_queueing.simulator",
     "SimulationResult": "_queueing.sim_result",
     "compare_wait_models": "_queueing.wait_check",
+    # real traffic
+    "load_trace": "_workload.traces",
+    "describe_workload": "_workload.describe",
+    "WorkloadDescription": "_workload.describe",
     # planner
     "plan": "_planning.planner",
     "pareto": "_planning.pareto",

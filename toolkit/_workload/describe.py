@@ -1,0 +1,136 @@
+"""Describing a workload: its rate, how bursty its arrivals are at several time scales, its token
+distributions, and the variance preset it is nearest to.
+
+Burstiness depends on the scale one looks at. Besides the squared coefficient of variation of the
+gaps between arrivals (``ca2``: 1 for Poisson), the description gives the index of dispersion of the
+counts in windows of ``w`` seconds, ``var(N_w) / mean(N_w)``: 1 at every scale for a Poisson stream,
+approaching ``ca2`` at long windows for a renewal process, and growing with ``w`` when the rate
+itself drifts (diurnal load, bursts of minutes), which no preset describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from toolkit._args import check_array
+from toolkit._queueing.closed_forms import workload_presets
+
+__all__ = ["WorkloadDescription", "describe_workload"]
+
+DEFAULT_WINDOWS_S = (1.0, 10.0, 60.0, 600.0)
+
+
+@dataclass(frozen=True)
+class WorkloadDescription:
+    """What :func:`describe_workload` returns: three tidy frames.
+
+    Attributes
+    ----------
+    summary : pandas.DataFrame
+        One row: ``requests``, ``duration_s``, ``rate_rps``, ``ca2`` (squared coefficient of variation
+        of inter-arrival gaps), ``prompt_mean``, ``prompt_p50``, ``prompt_p95``, ``prompt_cs2``,
+        ``output_mean``, ``output_p50``, ``output_p95``, ``output_cs2`` (tokens; cs2 = variance over
+        squared mean), ``peak_minute_rps``, ``nearest_preset`` (by output-token cs2, the service
+        variability the presets stand for), ``preset_cs2`` and ``preset_cs2_gap`` (trace minus preset).
+    dispersion : pandas.DataFrame
+        One row per window: ``window_s``, ``windows`` (how many), ``mean_count``,
+        ``index_of_dispersion`` (1 for Poisson).
+    per_minute : pandas.DataFrame
+        ``minute`` (from 0), ``requests``, ``rate_rps``.
+    """
+
+    summary: pd.DataFrame
+    dispersion: pd.DataFrame
+    per_minute: pd.DataFrame
+
+
+def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_WINDOWS_S) -> WorkloadDescription:
+    """Describe a trace frame (:func:`toolkit.load_trace`) as a capacity planner needs it.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        Columns ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least two rows.
+    windows_s : sequence of float
+        Window lengths (s, > 0 and at most 1e9) of the index of dispersion; windows longer than the
+        trace are left out.
+
+    Returns
+    -------
+    WorkloadDescription
+        ``summary`` (one row), ``dispersion`` (one row per window), ``per_minute`` (one row per
+        minute); see :class:`WorkloadDescription` for the columns.
+    """
+    if not isinstance(trace, pd.DataFrame) or not {"arrival_s", "prompt_tokens", "output_tokens"} <= set(trace.columns):
+        raise ValueError("trace must be a DataFrame with arrival_s, prompt_tokens and output_tokens columns")
+    if len(trace) < 2:
+        raise ValueError(f"trace must have at least 2 requests, got {len(trace)}")
+    windows = list(check_array("windows_s", windows_s, low=0, low_inclusive=False, high=1e9))
+    if not windows:
+        raise ValueError("windows_s must name at least one window (seconds, > 0)")
+    arrival = np.sort(trace["arrival_s"].to_numpy(dtype=float))
+    duration = float(arrival[-1] - arrival[0])
+    gaps = np.diff(arrival)
+    prompt = trace["prompt_tokens"].to_numpy(dtype=float)
+    output = trace["output_tokens"].to_numpy(dtype=float)
+    per_minute = _per_minute(arrival)
+    summary = {
+        "requests": len(arrival),
+        "duration_s": duration,
+        "rate_rps": len(arrival) / duration if duration > 0 else np.nan,
+        "ca2": _scv(gaps),
+        **_tokens("prompt", prompt),
+        **_tokens("output", output),
+        "peak_minute_rps": float(per_minute["rate_rps"].max()),
+        **_nearest_preset(_scv(output)),
+    }
+    dispersion = pd.DataFrame([_dispersion(arrival, w) for w in windows if w <= duration])
+    return WorkloadDescription(pd.DataFrame([summary]), dispersion, per_minute)
+
+
+def _scv(values: np.ndarray) -> float:
+    mean = float(np.mean(values))
+    return float(np.var(values) / mean**2) if mean > 0 else np.nan
+
+
+def _tokens(prefix: str, values: np.ndarray) -> dict[str, float]:
+    p50, p95 = np.percentile(values, [50, 95])
+    return {
+        f"{prefix}_mean": float(values.mean()),
+        f"{prefix}_p50": float(p50),
+        f"{prefix}_p95": float(p95),
+        f"{prefix}_cs2": _scv(values),
+    }
+
+
+def _per_minute(arrival: np.ndarray) -> pd.DataFrame:
+    minutes = ((arrival - arrival[0]) // 60).astype(int)
+    counts = np.bincount(minutes)
+    return pd.DataFrame({"minute": np.arange(len(counts)), "requests": counts, "rate_rps": counts / 60.0})
+
+
+def _dispersion(arrival: np.ndarray, window_s: float) -> dict[str, float]:
+    n = int((arrival[-1] - arrival[0]) // window_s)
+    counts = np.bincount(((arrival - arrival[0]) // window_s).astype(int), minlength=n + 1)[:n]
+    mean = float(counts.mean())
+    return {
+        "window_s": window_s,
+        "windows": n,
+        "mean_count": mean,
+        "index_of_dispersion": float(counts.var() / mean) if mean > 0 else np.nan,
+    }
+
+
+def _nearest_preset(output_cs2: float) -> dict[str, object]:
+    presets = workload_presets()
+    gap = output_cs2 - presets["cs2"].to_numpy(dtype=float)
+    best = int(np.argmin(np.abs(gap)))
+    return {
+        "nearest_preset": str(presets["preset"].iloc[best]),
+        "preset_cs2": float(presets["cs2"].iloc[best]),
+        "preset_cs2_gap": float(gap[best]),
+    }

@@ -1,0 +1,158 @@
+"""Loading a request trace: the shipped Azure 2023 hours or any CSV/Parquet file, sliced and scaled.
+
+A trace frame has one row per request: ``arrival_s`` (seconds from the start of the window),
+``prompt_tokens`` and ``output_tokens`` (integers >= 1), plus any other columns of the file. It is
+what :func:`toolkit.simulate` replays with ``trace=``.
+
+The shipped traces are the two one-hour samples of the Azure LLM inference dataset 2023 (a
+conversation service and a code-completion service, collected on 2023-11-16), published with the
+Splitwise paper (Patel et al., ISCA 2024) under CC-BY 4.0; ``toolkit/_data/traces/README.md`` holds
+the citation and the licence sits beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from toolkit._args import check_int, check_number
+from toolkit._data import data_file
+
+__all__ = ["load_trace"]
+
+SHIPPED = {
+    "azure-conv-2023": "traces/AzureLLMInferenceTrace_conv.csv",
+    "azure-code-2023": "traces/AzureLLMInferenceTrace_code.csv",
+}
+# the Azure dataset's column names, accepted as they are
+AZURE_COLUMNS = {"TIMESTAMP": "arrival_s", "ContextTokens": "prompt_tokens", "GeneratedTokens": "output_tokens"}
+COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+SOURCE = (
+    "Azure LLM inference trace 2023 (Azure Public Dataset), published with Patel et al., 'Splitwise: "
+    "Efficient generative LLM inference using phase splitting', ISCA 2024; CC-BY 4.0"
+)
+
+
+def load_trace(
+    name_or_path: str | Path,
+    start_s: float | None = None,
+    duration_s: float | None = None,
+    time_scale: float = 1.0,
+    rate_scale: float | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Load a request trace as a tidy frame, optionally sliced, stretched and thinned or multiplied.
+
+    Parameters
+    ----------
+    name_or_path : str or pathlib.Path
+        A shipped trace (``"azure-conv-2023"``, ``"azure-code-2023"``) or a CSV/Parquet file with
+        ``arrival_s``, ``prompt_tokens`` and ``output_tokens`` columns, or with the Azure names
+        ``TIMESTAMP`` (date-times), ``ContextTokens`` and ``GeneratedTokens``.
+    start_s, duration_s : float, optional
+        The window kept, in seconds of the original trace from its first request (>= 0; default
+        the whole trace). ``arrival_s`` then counts from the window's start.
+    time_scale : float
+        Factor on every time (> 0, at most 1e6): 2 stretches the trace to half its rate, 0.5
+        compresses it to twice its rate. Applied after slicing.
+    rate_scale : float, optional
+        Factor on the mean rate without changing the time axis (> 0, at most 1000): below 1 each
+        request is kept with probability ``rate_scale`` (thinning); above 1 the trace is
+        superposed with ``floor(rate_scale) - 1`` copies, each shifted circularly by a random offset,
+        plus a thinned copy for the fraction. Seeded by ``seed``.
+    seed : int
+        Seed of the thinning and the shifts (0 to 2**63 - 1).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Sorted by ``arrival_s`` (s, from the window's start), with ``prompt_tokens`` and
+        ``output_tokens`` (int64) first, then the file's other columns. ``attrs`` records
+        ``source``, ``name``, ``window_s`` (the window's length after ``time_scale``) and
+        ``rate_scaling`` (``"none"``, ``"thinned"`` or ``"superposed"``).
+    """
+    frame, name, source = _read(name_or_path)
+    span = float(frame["arrival_s"].max()) if len(frame) else 0.0
+    start = 0.0 if start_s is None else check_number("start_s", start_s, low=0, high=1e9)
+    length = (
+        span - start
+        if duration_s is None
+        else check_number("duration_s", duration_s, low=0, low_inclusive=False, high=1e9)
+    )
+    scale = check_number("time_scale", time_scale, low=0, low_inclusive=False, high=1e6)
+    in_window = (frame["arrival_s"] >= start) & (
+        frame["arrival_s"] < start + length if duration_s is not None else True
+    )
+    frame = frame.loc[in_window].copy()
+    frame["arrival_s"] = (frame["arrival_s"] - start) * scale
+    window_s = max(length, 0.0) * scale
+    rng = np.random.default_rng(check_int("seed", seed, low=0, high=2**63 - 1))
+    method = "none"
+    if rate_scale is not None:
+        factor = check_number("rate_scale", rate_scale, low=0, low_inclusive=False, high=1000)
+        frame, method = _rescale(frame, factor, window_s, rng)
+    frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    frame.attrs.update(source=source, name=name, window_s=window_s, rate_scaling=method)
+    return frame
+
+
+def _read(name_or_path: str | Path) -> tuple[pd.DataFrame, str, str]:
+    if isinstance(name_or_path, str) and name_or_path in SHIPPED:
+        with data_file(SHIPPED[name_or_path]).open("rb") as handle:
+            raw = pd.read_csv(handle)
+        name, source = name_or_path, SOURCE
+    else:
+        if not isinstance(name_or_path, (str, Path)):
+            raise ValueError(
+                f"name_or_path must be one of {', '.join(SHIPPED)} or a file path, got {type(name_or_path).__name__}"
+            )
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ValueError(
+                f"name_or_path: no shipped trace or file named {str(name_or_path)!r} (shipped: {', '.join(SHIPPED)})"
+            )
+        raw = pd.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pd.read_csv(path, comment="#")
+        name, source = path.name, str(path)
+    return _tidy(raw.rename(columns=AZURE_COLUMNS)), name, source
+
+
+def _tidy(raw: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"trace is missing columns {missing}; it needs {list(COLUMNS)} (or the Azure names)")
+    arrival = raw["arrival_s"]
+    if not pd.api.types.is_numeric_dtype(arrival):
+        stamps = pd.to_datetime(arrival, errors="coerce")
+        if stamps.isna().any():
+            raise ValueError("trace arrival_s (or TIMESTAMP) must be seconds or date-times in every row")
+        arrival = (stamps - stamps.min()).dt.total_seconds()
+    arrival = arrival.to_numpy(dtype=float)
+    if not np.all(np.isfinite(arrival)):
+        raise ValueError("trace arrival_s must be finite in every row")
+    out = raw.copy()
+    out["arrival_s"] = arrival - (arrival.min() if len(arrival) else 0.0)
+    for col in ("prompt_tokens", "output_tokens"):
+        values = pd.to_numeric(out[col], errors="coerce").to_numpy(dtype=float)
+        if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)):
+            raise ValueError(f"trace {col} must be whole numbers >= 1 in every row")
+        out[col] = values.astype(np.int64)
+    return out[[*COLUMNS, *(c for c in out.columns if c not in COLUMNS)]]
+
+
+def _rescale(frame: pd.DataFrame, factor: float, window_s: float, rng: np.random.Generator) -> tuple[pd.DataFrame, str]:
+    whole, fraction = int(factor), factor - int(factor)
+    parts = [frame] if whole >= 1 else []
+    for _ in range(max(whole - 1, 0)):
+        shifted = frame.copy()
+        offset = rng.uniform(0, window_s) if window_s > 0 else 0.0
+        shifted["arrival_s"] = (shifted["arrival_s"] + offset) % window_s if window_s > 0 else shifted["arrival_s"]
+        parts.append(shifted)
+    if fraction > 0:
+        thinned = frame.loc[rng.random(len(frame)) < fraction].copy()
+        if whole >= 1 and window_s > 0:
+            thinned["arrival_s"] = (thinned["arrival_s"] + rng.uniform(0, window_s)) % window_s
+        parts.append(thinned)
+    out = pd.concat(parts, ignore_index=True) if parts else frame.iloc[0:0].copy()
+    return out, "thinned" if factor < 1 else "superposed" if factor > 1 else "none"
