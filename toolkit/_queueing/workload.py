@@ -39,6 +39,11 @@ def _draw_tokens(name: str, spec: object, rng: np.random.Generator, n: int) -> n
             )
     else:
         return np.full(n, check_int(name, spec, low=1, high=MAX_TOKENS), dtype=np.int64)
+    return token_counts(name, values)
+
+
+def token_counts(name: str, values: np.ndarray) -> np.ndarray:
+    """``values`` as int64 token counts, or a ValueError naming ``name``: whole numbers, 1 to 10**9."""
     if not (
         np.all(np.isfinite(values))
         and np.all(values == np.round(values))
@@ -60,15 +65,7 @@ def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError("trace arrival_s must be finite seconds (>= 0)")
     tokens = []
     for col in ("prompt_tokens", "output_tokens"):
-        values = trace[col].to_numpy(dtype=float)
-        if not (
-            np.all(np.isfinite(values))
-            and np.all(values == np.round(values))
-            and np.all(values >= 1)
-            and np.all(values <= MAX_TOKENS)
-        ):
-            raise ValueError(f"trace {col} must be integers (>= 1 and <= {MAX_TOKENS:g})")
-        tokens.append(values.astype(np.int64))
+        tokens.append(token_counts(f"trace {col}", trace[col].to_numpy(dtype=float)))
     return arrival, tokens[0], tokens[1]
 
 

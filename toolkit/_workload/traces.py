@@ -19,6 +19,7 @@ import pandas as pd
 
 from toolkit._args import check_int, check_number
 from toolkit._data import data_file
+from toolkit._queueing.workload import token_counts
 
 __all__ = ["load_trace"]
 
@@ -134,10 +135,7 @@ def _tidy(raw: pd.DataFrame) -> pd.DataFrame:
     out = raw.copy()
     out["arrival_s"] = arrival - (arrival.min() if len(arrival) else 0.0)
     for col in ("prompt_tokens", "output_tokens"):
-        values = pd.to_numeric(out[col], errors="coerce").to_numpy(dtype=float)
-        if not (np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(values >= 1)):
-            raise ValueError(f"trace {col} must be whole numbers >= 1 in every row")
-        out[col] = values.astype(np.int64)
+        out[col] = token_counts(f"trace {col}", pd.to_numeric(out[col], errors="coerce").to_numpy(dtype=float))
     return out[[*COLUMNS, *(c for c in out.columns if c not in COLUMNS)]]
 
 
