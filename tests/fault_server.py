@@ -18,7 +18,10 @@ A fault is chosen per request, first by a marker in the prompt and otherwise fro
 - ``schedule`` is a list of fault names (``None`` for a normal answer) consumed in arrival order by
   requests that carry no marker.
 
-``[[tokens:N]]`` in a prompt sets the completion length for that request.
+``[[tokens:N]]`` in a prompt sets the completion length for that request. The fault
+``hostile_usage`` sends ``usage_text`` verbatim as the data of the last chunk instead of the usage
+chunk (absurd numbers, wrong types, deep nesting: text Python's json module may refuse to produce or
+to read).
 
 Faults: ``500`` (JSON error body ``error_message``), ``429`` (``Retry-After: retry_after_s``),
 ``reset`` (a TCP reset after the first content chunk), ``stall`` (nothing at all is sent),
@@ -46,7 +49,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("500", "429", "reset", "stall", "stall_mid", "malformed", "no_usage", "empty")
+FAULTS = ("500", "429", "reset", "stall", "stall_mid", "malformed", "no_usage", "empty", "hostile_usage")
 _MARKER = re.compile(r"\[\[fault:([a-z0-9_]+)(?:\*(\d+))?\]\]")
 _TOKENS = re.compile(r"\[\[tokens:(\d+)\]\]")
 
@@ -94,6 +97,7 @@ class FaultServer:
         reset_metrics_at_request: int | None = None,
         schedule: list[str | None] | None = None,
         lifetime_s: float = 180.0,
+        usage_text: str | None = None,
     ) -> None:
         self.tokens = tokens
         self.token_delay_s = token_delay_s
@@ -106,6 +110,7 @@ class FaultServer:
         self.reset_metrics_at_request = reset_metrics_at_request
         self.schedule = list(schedule or [])
         self.lifetime_s = lifetime_s
+        self.usage_text = usage_text
         self.requests: list[dict[str, Any]] = []  # one record per chat request
         self.other_requests: list[dict[str, Any]] = []  # probes, /models, /metrics ...
         self.prompt_tokens_total = 0
@@ -402,7 +407,9 @@ class _Handler(BaseHTTPRequestHandler):
                     srv.wait(srv.stall_s)
                     self.close_connection = True
                     return
-        if fault != "no_usage" and rec["include_usage"]:
+        if fault == "hostile_usage":
+            self._raw(b"data: " + srv.usage_text.encode() + b"\n\n")
+        elif fault != "no_usage" and rec["include_usage"]:
             self._event(chunk({}, usage=_usage(rec)))
         self._raw(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")

@@ -174,8 +174,11 @@ async def _stream_chat(ctx: LaneContext, messages: list[dict[str, Any]], stream:
                 return
             try:
                 chunk = json.loads(data)
-            except json.JSONDecodeError:
-                raise _LaneError(f"malformed SSE data line: {data[:_BODY_EXCERPT]!r}") from None
+            except (ValueError, RecursionError) as exc:
+                # ValueError covers malformed JSON and integers past Python's digit limit;
+                # RecursionError a nesting deeper than the parser's stack
+                reason = "too deeply nested" if isinstance(exc, RecursionError) else "malformed"
+                raise _LaneError(f"{reason} SSE data line: {data[:_BODY_EXCERPT]!r}") from None
             _take_chunk(chunk, stream, start)
 
 
@@ -188,8 +191,14 @@ async def _read_excerpt(response: httpx.Response) -> str:
     return raw.decode("utf-8", "replace")[:_BODY_EXCERPT]
 
 
+# A server's Retry-After is honoured up to this many seconds (a year, 1e308 or a date in 2100 would
+# stall the sweep); the deadline, when one is set, still bounds the wait.
+RETRY_AFTER_CAP_S = 60.0
+
+
 def _retry_after(value: str | None) -> float:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date); NaN if absent/bad."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), at most
+    ``RETRY_AFTER_CAP_S``; NaN if absent or unreadable."""
     if not value:
         return NAN
     try:
@@ -199,7 +208,9 @@ def _retry_after(value: str | None) -> float:
             seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
         except (TypeError, ValueError):
             return NAN
-    return max(0.0, seconds) if math.isfinite(seconds) else NAN
+    if not math.isfinite(seconds):
+        return NAN
+    return min(max(0.0, seconds), RETRY_AFTER_CAP_S)
 
 
 async def _postprocess(ctx: LaneContext, lane: Lane, record: dict[str, Any]) -> None:

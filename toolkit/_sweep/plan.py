@@ -125,6 +125,11 @@ class _Plan:
             api_key = os.environ.get(a["api_key_env"]) or None
         if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
             raise ValueError("api_key must be a non-empty string or None")
+        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+            # an HTTP header carries printable ASCII only; the value itself is never echoed
+            raise ValueError(
+                "api_key must be printable ASCII (no control characters or non-ASCII letters); its value is not shown"
+            )
         out_dir = None if a["out_dir"] is None else Path(a["out_dir"])
         if a["resume"] and out_dir is None:
             raise ValueError("resume=True needs out_dir (the folder of the sweep to continue)")

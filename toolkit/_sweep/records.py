@@ -11,6 +11,8 @@ __all__: list[str] = []
 
 
 NAN = math.nan
+# the largest token count believed from a server: far beyond any context, inside float precision
+MAX_TOKEN_COUNT = 10**9
 
 
 _BODY_EXCERPT = 300  # characters of an error body kept in the record
@@ -105,19 +107,62 @@ def _take_chunk(chunk: Any, stream: _Stream, start: float) -> None:
             stream.finished = True
 
 
+def _token_count(value: Any, field: str) -> float:
+    """A token count from the server: a whole number from 0 to 10**9 (a bool is no number), or
+    NaN when absent; anything else is a ``_LaneError`` naming ``field``."""
+    if value is None:
+        return NAN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _LaneError(f"{field} is not a token count: {str(value)[:_BODY_EXCERPT]!r}")
+    if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+        raise _LaneError(f"{field} is not a whole number of tokens: {value!r}")
+    if not 0 <= value <= MAX_TOKEN_COUNT:
+        raise _LaneError(f"{field} is out of range (0 to {MAX_TOKEN_COUNT:,}): {str(value)[:_BODY_EXCERPT]}")
+    return float(value)
+
+
+def _usage_counts(usage: dict[str, Any]) -> tuple[float, float, float]:
+    """(completion, prompt, cached) tokens from a usage object, each checked; cached <= prompt."""
+    out = _token_count(usage.get("completion_tokens"), "usage.completion_tokens")
+    prompt = _token_count(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = (
+        _token_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens")
+        if isinstance(details, dict)
+        else NAN
+    )
+    if cached > prompt:
+        raise _LaneError(
+            f"usage.prompt_tokens_details.cached_tokens ({cached:.0f}) exceeds prompt_tokens ({prompt:.0f})"
+        )
+    return out, prompt, cached
+
+
+def _timing(value: Any) -> float:
+    """A server timing (ms or tokens/s): a finite number >= 0 (a bool is no number), else NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return NAN
+    try:
+        number = float(value)
+    except OverflowError:
+        return NAN
+    return number if math.isfinite(number) and number >= 0 else NAN
+
+
 def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, Any]:
-    ok = not error
     usage = stream.usage or {}
-    from_usage = ok and isinstance(usage.get("completion_tokens"), (int, float))
+    out = prompt = cached = NAN
+    if not error:
+        try:
+            out, prompt, cached = _usage_counts(usage)
+        except _LaneError as exc:
+            error = str(exc)
+    ok = not error
+    from_usage = ok and math.isfinite(out)
     if not ok:
-        out = prompt = NAN
-    elif from_usage:
-        out = float(usage["completion_tokens"])
-        prompt = float(usage["prompt_tokens"]) if isinstance(usage.get("prompt_tokens"), (int, float)) else NAN
-    else:
-        out, prompt = float(stream.chunks), NAN
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        out = prompt = cached = NAN
+    elif not from_usage:
+        out = float(stream.chunks)
     e2e_ms = (end - start) * 1000 if ok else NAN
     ttft_ms = stream.ttft_s * 1000
     tpot_ms = (e2e_ms - ttft_ms) / (out - 1) if ok and out >= 2 and math.isfinite(ttft_ms) else NAN
@@ -129,7 +174,7 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "llm_s": end - start,
         "output_tokens": out,
         "prompt_tokens": prompt,
-        "cached_tokens": float(cached) if ok and isinstance(cached, (int, float)) else NAN,
+        "cached_tokens": cached,
         "slot_wait_s": 0.0,
         "postprocess_s": 0.0,
         "outcome": "ok" if ok else "error",
@@ -141,8 +186,7 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "cancelled": False,
     }
     for column, key in _SERVER_TIMINGS.items():
-        value = timings.get(key)
-        record[column] = float(value) if ok and isinstance(value, (int, float)) else NAN
+        record[column] = _timing(timings.get(key)) if ok else NAN
     return record
 
 

@@ -1,0 +1,98 @@
+"""A hostile server's numbers: absurd values in one lane's stream fail that lane alone, with a
+recorded error naming the field, and never turn into a confident zero, a negative or an overflow."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+import warnings
+
+import pytest
+from fault_server import FaultServer
+
+import toolkit
+from toolkit._sweep.lanes import RETRY_AFTER_CAP_S, _retry_after
+
+TOKENS = 4
+PROMPTS = [f"alpha beta gamma delta lane{i}" for i in range(3)]
+
+
+def _chunk(usage: str) -> str:
+    return '{"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": ' + usage + "}"
+
+
+HOSTILE = {
+    "400-digit completion_tokens": (
+        _chunk('{"completion_tokens": 1' + "0" * 400 + ', "prompt_tokens": 6}'),
+        "usage.completion_tokens",
+    ),
+    "5000-digit integer": (
+        _chunk('{"completion_tokens": 1' + "0" * 5000 + ', "prompt_tokens": 6}'),
+        "malformed SSE data line",
+    ),
+    "100k-deep array": (_chunk('{"completion_tokens": ' + "[" * 100_000 + "]" * 100_000 + "}"), "too deeply nested"),
+    "NaN tokens": (_chunk('{"completion_tokens": NaN, "prompt_tokens": 6}'), "usage.completion_tokens"),
+    "negative tokens": (_chunk('{"completion_tokens": -1000, "prompt_tokens": 6}'), "usage.completion_tokens"),
+    "infinite tokens": (_chunk('{"completion_tokens": Infinity, "prompt_tokens": 6}'), "usage.completion_tokens"),
+    "true as a count": (_chunk('{"completion_tokens": true, "prompt_tokens": 6}'), "usage.completion_tokens"),
+    "huge cached tokens": (
+        _chunk(
+            '{"completion_tokens": 4, "prompt_tokens": 6, "prompt_tokens_details": {"cached_tokens": 9'
+            + "9" * 450
+            + "}}"
+        ),
+        "cached_tokens",
+    ),
+    "cached above prompt": (
+        _chunk('{"completion_tokens": 4, "prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 500}}'),
+        "exceeds prompt_tokens",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_one_hostile_number_fails_only_its_lane(case, tmp_path):
+    text, field = HOSTILE[case]
+    prompts = list(PROMPTS)
+    prompts[1] += " [[fault:hostile_usage]]"
+    with FaultServer(tokens=TOKENS, token_delay_s=0.001, usage_text=text) as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = toolkit.run_sweep(
+            server.base_url,
+            "fault-model",
+            prompts,
+            limits=(1, 3),
+            max_tokens=8,
+            tag_levels=False,
+            timeout_s=5.0,
+            progress=False,
+            out_dir=tmp_path,
+        )
+    lanes = result.lanes[result.lanes["final"].astype(bool)]
+    assert len(lanes) == 2 * len(prompts)  # one final record per lane and level
+    bad = lanes[lanes["lane"] == 1]
+    assert (bad["outcome"] == "error").all() and bad["error"].str.contains(field, regex=False).all()
+    assert bad["output_tokens"].isna().all() and bad["cached_tokens"].isna().all()
+    good = lanes[lanes["lane"] != 1]
+    assert (good["outcome"] == "ok").all() and (good["output_tokens"] == TOKENS).all()
+    # the level counts only what it measured: two good lanes of TOKENS each, no zero, no negative
+    assert (result.levels["output_tokens"] == 2 * TOKENS).all()
+    assert (result.levels["dec_tok_s"] > 0).all()
+
+
+def test_retry_after_is_capped():
+    in_2100 = email.utils.format_datetime(email.utils.parsedate_to_datetime("Fri, 01 Jan 2100 00:00:00 GMT"))
+    for value in ("31536000", "1e308", in_2100):
+        assert _retry_after(value) == RETRY_AFTER_CAP_S
+    soon = email.utils.formatdate(time.time() + 5, usegmt=True)
+    assert 3 <= _retry_after(soon) <= 6
+    assert _retry_after("2") == 2.0
+    assert math.isnan(_retry_after("inf")) and math.isnan(_retry_after("soon"))
+
+
+@pytest.mark.parametrize("key", ["kéy-ünïcode", "key\nwith-newline", "key\x00nul"])
+def test_a_key_that_cannot_be_a_header_is_refused_without_echo(key, tmp_path):
+    with pytest.raises(ValueError, match="api_key must be printable ASCII") as info:
+        toolkit.run_sweep("http://127.0.0.1:9", "m", ["p"], limits=(1,), api_key=key, progress=False, out_dir=tmp_path)
+    assert key not in str(info.value) and key not in repr(info.value)
