@@ -54,6 +54,7 @@ from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, 
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _percentile_label, _specs
+from toolkit._planning.workload import check_on_trace, trace_variability
 from toolkit._queueing.closed_forms import workload_presets
 
 __all__ = ["plan"]
@@ -73,7 +74,7 @@ def plan(
     backends: object = None,
     tensor_parallel: Iterable[int] = (1, 2, 4, 8),
     max_replicas: int = 64,
-    workload: str = "chatbot",
+    workload: str | pd.DataFrame = "chatbot",
     prefix_cache_hit_rate: float = 0.0,
     budget_usd_month: float | None = None,
     calibration: object = None,
@@ -106,8 +107,11 @@ def plan(
         heads, the GPU has an interconnect figure, and the backend shards models.
     max_replicas : int
         Most replicas considered per candidate (1..100000).
-    workload : str
-        Service-time variance preset of :func:`toolkit.workload_presets` (steady, chatbot, bursty, agent).
+    workload : str or pandas.DataFrame
+        Service-time variance preset of :func:`toolkit.workload_presets` (steady, chatbot, bursty,
+        agent), or a trace frame (:func:`toolkit.load_trace`): then the service variance is the cs2
+        of its output tokens, the arrivals' ca2 is its gaps' (Poisson: 1), and the cheapest frontier
+        plans are also replayed on the trace in the simulator (columns ``sim_*`` below).
     prefix_cache_hit_rate : float
         Fraction of each prompt served from the prefix cache, in [0, 1).
     budget_usd_month : float, optional
@@ -134,7 +138,11 @@ def plan(
         more than one replica the constraint the plan with one replica fewer breaks, with
         ``kv_memory`` / ``max_batch`` when capacity fails at the largest batch those allow; for
         single-replica plans the constraint with the least relative headroom; for failing plans the
-        first one broken), ``warnings`` (``"; "``-separated).
+        first one broken), ``warnings`` (``"; "``-separated). With a trace as ``workload``, also
+        ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (the trace replayed by :func:`toolkit.simulate`
+        on that configuration, at ``percentile``, ms), ``sim_meets_slo`` and ``sim_disagrees`` (closed
+        form and simulation more than 25% apart on the end-to-end percentile), filled for the
+        cheapest plans of the cost-latency frontier and missing (NaN / NA) for the others.
     """
     rate = check_number("request_rate", request_rate, low=0, low_inclusive=False)
     prompt = check_int("prompt_tokens", prompt_tokens, low=1)
@@ -150,10 +158,15 @@ def plan(
     if not tps:
         raise ValueError("tensor_parallel must list at least one degree (1..64)")
     replicas_max = check_int("max_replicas", max_replicas, low=1, high=100_000)
-    presets = workload_presets().set_index("preset")
-    check_choice("workload", workload, tuple(presets.index))
-    cs2 = float(presets.loc[workload, "cs2"])
-    underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
+    trace = workload if isinstance(workload, pd.DataFrame) else None
+    if trace is not None:
+        cs2, arrival_ca2 = trace_variability(trace)
+        workload, underestimated = "trace", True  # checked by simulation below
+    else:
+        presets = workload_presets().set_index("preset")
+        check_choice("workload", workload, tuple(presets.index))
+        cs2, arrival_ca2 = float(presets.loc[workload, "cs2"]), 1.0
+        underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
     hit = check_number("prefix_cache_hit_rate", prefix_cache_hit_rate, low=0, high=1, high_inclusive=False)
     budget = (
         None
@@ -175,7 +188,7 @@ def plan(
         int(_constants()["max_batch_grid"]),
     )
     const = _constants()
-    ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]))
+    ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
     n = grid.batch.size
 
     stable_at, meeting, at = _search(ev, n, replicas_max)
@@ -227,7 +240,11 @@ def plan(
         columns, grid.configs["interconnect_gb_s"][cfg], workload, cs2, underestimated, const
     )
     order = np.lexsort((at["e2e_ms"], cost, ~meets))
-    return pd.DataFrame({name: column[order] for name, column in columns.items()})
+    table = pd.DataFrame({name: column[order] for name, column in columns.items()})
+    if trace is not None:
+        e2e = f"e2e_p{_percentile_label(pct)}_ms"
+        table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
+    return table
 
 
 def _warnings(
