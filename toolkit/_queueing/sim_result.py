@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 __all__ = ["SimulationResult"]
+
+# the latencies summarised, each as mean, p50, p95 and p99 (s)
+_METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 
 
 class SimulationResult:
@@ -48,3 +52,62 @@ def _percentiles(values: np.ndarray) -> tuple[float, float, float, float]:
         return (math.nan,) * 4
     p50, p95, p99 = np.percentile(finite, [50, 95, 99])
     return float(finite.mean()), float(p50), float(p95), float(p99)
+
+
+def request_records(engine, prompt: np.ndarray, output: np.ndarray, overhead_s: float, n_warm: int) -> pd.DataFrame:
+    """The per-request frame of a finished engine run (times in seconds; see ``simulate``)."""
+    n = len(prompt)
+    arrival_s = np.array(engine.arrival)
+    enter = arrival_s + overhead_s
+    first = np.array(engine.first_t)
+    finish = np.array(engine.finish_t)
+    out_tokens = output.astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tokens > 1, (finish - first) / (out_tokens - 1), np.nan)
+    requests = pd.DataFrame(
+        {
+            "arrival_s": arrival_s,
+            "queue_wait_s": np.array(engine.admit_t) - enter,
+            "ttft_s": first - arrival_s,
+            "tpot_s": tpot,
+            "e2e_s": finish - arrival_s,
+            "prompt_tokens": prompt.astype(np.int64),
+            "output_tokens": out_tokens,
+            "replica": np.array(engine.replica_of),
+            "preempted": np.array(engine.preempted),
+            "warmup": np.arange(n) < n_warm,
+        }
+    )
+    return requests
+
+
+def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_budget: int) -> dict[str, Any]:
+    """The summary row of a run: percentiles of the measured (non-warm-up) requests, throughput, utilisation."""
+    measured = requests[~requests["warmup"]]
+    t0 = float(measured["arrival_s"].min())
+    span = float((measured["arrival_s"] + measured["e2e_s"]).max()) - t0
+    summary: dict[str, Any] = {"requests": len(measured)}
+    for metric in _METRICS:
+        mean, p50, p95, p99 = _percentiles(measured[f"{metric}_s"].to_numpy())
+        summary.update(
+            {
+                f"{metric}_mean_s": mean,
+                f"{metric}_p50_s": p50,
+                f"{metric}_p95_s": p95,
+                f"{metric}_p99_s": p99,
+            }
+        )
+    throughput = len(measured) / span if span > 0 else math.nan
+    busy = sum(r.busy_s for r in engine.reps) - sum(engine.busy_at_window)
+    window = end - engine.window_start
+    summary.update(
+        {
+            "throughput_rps": throughput,
+            "output_tok_s": float(measured["output_tokens"].sum()) / span if span > 0 else math.nan,
+            "achieved_concurrency": throughput * summary["e2e_mean_s"],
+            "preemptions": int(requests["preempted"].sum()),
+            "utilization": busy / (n_replicas * window) if window > 0 else math.nan,
+            "kv_budget_tokens": kv_budget,
+        }
+    )
+    return summary

@@ -30,7 +30,6 @@ Steps that prefill are computed one call each.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,13 +38,12 @@ from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
 from toolkit._queueing.engine import _Clock, _Engine
-from toolkit._queueing.sim_result import SimulationResult, _percentiles
+from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.workload import _load
 
 __all__ = ["simulate"]
 
 _ROUTING = ("round_robin", "least_loaded", "shared_queue")
-_METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 # Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
 # one call within memory and minutes.
 MAX_REPLICAS = 10**4
@@ -228,54 +226,8 @@ def simulate(
     engine.window_request = n_warm
     end = engine.run(range(n) if arrival is not None else None, None if concurrency is None else int(concurrency))
 
-    arrival_s = np.array(engine.arrival)
-    enter = arrival_s + overhead_s
-    first = np.array(engine.first_t)
-    finish = np.array(engine.finish_t)
-    out_tokens = output.astype(np.int64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tokens > 1, (finish - first) / (out_tokens - 1), np.nan)
-    requests = pd.DataFrame(
-        {
-            "arrival_s": arrival_s,
-            "queue_wait_s": np.array(engine.admit_t) - enter,
-            "ttft_s": first - arrival_s,
-            "tpot_s": tpot,
-            "e2e_s": finish - arrival_s,
-            "prompt_tokens": prompt.astype(np.int64),
-            "output_tokens": out_tokens,
-            "replica": np.array(engine.replica_of),
-            "preempted": np.array(engine.preempted),
-            "warmup": np.arange(n) < n_warm,
-        }
-    )
-    measured = requests[~requests["warmup"]]
-    t0 = float(measured["arrival_s"].min())
-    span = float((measured["arrival_s"] + measured["e2e_s"]).max()) - t0
-    summary: dict[str, Any] = {"requests": len(measured)}
-    for metric in _METRICS:
-        mean, p50, p95, p99 = _percentiles(measured[f"{metric}_s"].to_numpy())
-        summary.update(
-            {
-                f"{metric}_mean_s": mean,
-                f"{metric}_p50_s": p50,
-                f"{metric}_p95_s": p95,
-                f"{metric}_p99_s": p99,
-            }
-        )
-    throughput = len(measured) / span if span > 0 else math.nan
-    busy = sum(r.busy_s for r in engine.reps) - sum(engine.busy_at_window)
-    window = end - engine.window_start
-    summary.update(
-        {
-            "throughput_rps": throughput,
-            "output_tok_s": float(measured["output_tokens"].sum()) / span if span > 0 else math.nan,
-            "achieved_concurrency": throughput * summary["e2e_mean_s"],
-            "preemptions": int(requests["preempted"].sum()),
-            "utilization": busy / (n_replicas * window) if window > 0 else math.nan,
-            "kv_budget_tokens": kv_budget,
-        }
-    )
+    requests = request_records(engine, prompt, output, overhead_s, n_warm)
+    summary = summarize(requests, engine, end, n_replicas, kv_budget)
     config = {
         "arrival_rate": arrival_rate,
         "concurrency": concurrency,
