@@ -152,21 +152,10 @@ def plan(
         for name, value in (("slo_ttft", slo_ttft_ms), ("slo_tpot", slo_tpot_ms), ("slo_e2e", slo_e2e_ms))
     }
     pct = check_number("percentile", percentile, low=0, high=1, low_inclusive=False, high_inclusive=False)
-    if isinstance(tensor_parallel, (int, np.integer)):
-        tensor_parallel = (tensor_parallel,)
-    tps = sorted({check_int("tensor_parallel", tp, low=1, high=64) for tp in tensor_parallel})
-    if not tps:
-        raise ValueError("tensor_parallel must list at least one degree (1..64)")
+    tps = _degrees(tensor_parallel)
     replicas_max = check_int("max_replicas", max_replicas, low=1, high=100_000)
     trace = workload if isinstance(workload, pd.DataFrame) else None
-    if trace is not None:
-        cs2, arrival_ca2 = trace_variability(trace)
-        workload, underestimated = "trace", True  # checked by simulation below
-    else:
-        presets = workload_presets().set_index("preset")
-        check_choice("workload", workload, tuple(presets.index))
-        cs2, arrival_ca2 = float(presets.loc[workload, "cs2"]), 1.0
-        underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
+    workload, cs2, arrival_ca2, underestimated = _variability(workload)
     hit = check_number("prefix_cache_hit_rate", prefix_cache_hit_rate, low=0, high=1, high_inclusive=False)
     budget = (
         None
@@ -189,34 +178,7 @@ def plan(
     )
     const = _constants()
     ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
-    n = grid.batch.size
-
-    stable_at, meeting, at = _search(ev, n, replicas_max)
-    keep = stable_at > 0
-    replicas = np.where(meeting > 0, meeting, stable_at)[keep]
-    idx = np.flatnonzero(keep)
-    # Only candidates that needed more replicas than the fewest stable are evaluated again.
-    moved = np.flatnonzero(replicas != stable_at[keep])
-    if moved.size:
-        again = ev.evaluate(idx[moved], replicas[moved])
-        for key, value in again.items():
-            at[key][moved] = value
-    cfg = grid.cfg[idx]
-    hours = const["hours_per_month"]
-    cost = grid.gpu_cost_hour[cfg] * replicas * hours
-    per_1m = grid.gpu_cost_hour[cfg] / (at["lam"] * output * 3600.0) * 1e6
-    within = np.ones(idx.size, dtype=bool) if budget is None else cost <= budget
-    meets = at["meets"] & within
-
-    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
-    binding = np.where(at["meets"] & ~within, "budget", binding)
-    more = np.flatnonzero(at["meets"] & (replicas > 1))
-    if more.size:
-        fewer = ev.evaluate(idx[more], replicas[more] - 1)
-        broke = _first_failure(fewer)
-        capped = (broke == "capacity") & grid.at_cap[idx[more]]
-        binding[more] = np.where(capped, grid.cap_reason[idx[more]], broke)
-        binding[more] = np.where(within[more], binding[more], "budget")
+    idx, cfg, replicas, at, cost, per_1m, meets, binding = _fleets(ev, grid, replicas_max, output, budget, const)
 
     columns = {name: grid.configs[name][cfg] for name in ("model", "gpu", "quant")}
     columns.update(
@@ -245,6 +207,60 @@ def plan(
         e2e = f"e2e_p{_percentile_label(pct)}_ms"
         table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
     return table
+
+
+def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
+    if isinstance(tensor_parallel, (int, np.integer)):
+        tensor_parallel = (tensor_parallel,)
+    tps = sorted({check_int("tensor_parallel", tp, low=1, high=64) for tp in tensor_parallel})
+    if not tps:
+        raise ValueError("tensor_parallel must list at least one degree (1..64)")
+    return tps
+
+
+def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:
+    """(label, service cs2, arrival ca2, whether the closed form under-estimates its tail)."""
+    if isinstance(workload, pd.DataFrame):
+        cs2, arrival_ca2 = trace_variability(workload)
+        return "trace", cs2, arrival_ca2, True  # the trace is replayed in the simulator afterwards
+    presets = workload_presets().set_index("preset")
+    check_choice("workload", workload, tuple(presets.index))
+    underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
+    return workload, float(presets.loc[workload, "cs2"]), 1.0, underestimated
+
+
+def _fleets(ev: _Evaluator, grid, replicas_max: int, output: int, budget: float | None, const: dict):
+    """The fewest replicas per candidate that meet the SLOs (else the fewest stable), their
+    latencies, costs, verdicts and binding constraints."""
+    n = grid.batch.size
+    stable_at, meeting, at = _search(ev, n, replicas_max)
+    keep = stable_at > 0
+    replicas = np.where(meeting > 0, meeting, stable_at)[keep]
+    idx = np.flatnonzero(keep)
+    # Only candidates that needed more replicas than the fewest stable are evaluated again.
+    moved = np.flatnonzero(replicas != stable_at[keep])
+    if moved.size:
+        again = ev.evaluate(idx[moved], replicas[moved])
+        for key, value in again.items():
+            at[key][moved] = value
+    cfg = grid.cfg[idx]
+    hours = const["hours_per_month"]
+    cost = grid.gpu_cost_hour[cfg] * replicas * hours
+    per_1m = grid.gpu_cost_hour[cfg] / (at["lam"] * output * 3600.0) * 1e6
+    within = np.ones(idx.size, dtype=bool) if budget is None else cost <= budget
+    meets = at["meets"] & within
+
+    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
+    binding = np.where(at["meets"] & ~within, "budget", binding)
+    more = np.flatnonzero(at["meets"] & (replicas > 1))
+    if more.size:
+        fewer = ev.evaluate(idx[more], replicas[more] - 1)
+        broke = _first_failure(fewer)
+        capped = (broke == "capacity") & grid.at_cap[idx[more]]
+        binding[more] = np.where(capped, grid.cap_reason[idx[more]], broke)
+        binding[more] = np.where(within[more], binding[more], "budget")
+
+    return idx, cfg, replicas, at, cost, per_1m, meets, binding
 
 
 def _warnings(
