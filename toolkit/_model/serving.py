@@ -139,21 +139,9 @@ def cost_model(
             "allreduce_latency_us": allreduce_latency_us,
         },
     )
-    util = check_number(
-        "gpu_memory_utilization",
-        efficiency_value("gpu_memory_utilization") if gpu_memory_utilization is None else gpu_memory_utilization,
-        low=0,
-        high=1,
-        low_inclusive=False,
+    util, act_tokens, reserved = _memory_settings(
+        gpu_memory_utilization, max_num_batched_tokens, reserved_gb, spec_backend
     )
-    act_tokens = check_int(
-        "max_num_batched_tokens",
-        int(efficiency_value("max_num_batched_tokens")) if max_num_batched_tokens is None else max_num_batched_tokens,
-        low=1,
-    )
-    if reserved_gb is None:
-        reserved_gb = spec_backend["reserved_gb"] if spec_backend else efficiency_value("reserved_gb")
-    reserved = check_number("reserved_gb", reserved_gb, low=0)
     interconnect = spec_gpu["interconnect_gb_s"]
     if tp > 1 and not interconnect > 0:
         raise ValueError("gpu['interconnect_gb_s'] must be > 0 for tensor_parallel > 1")
@@ -161,16 +149,7 @@ def cost_model(
     tflops = fp8 if spec_quant["compute"] == "fp8" and fp8 > 0 else spec_gpu["fp16_tflops"]
 
     m = spec_model
-    embed = m["vocab_size"] * m["hidden_size"]
-    body = m["active_params_b"] * 1e9 - embed * (1 if m["tied_embeddings"] else 2)
-    if body <= 0:
-        raise ValueError("model['active_params_b'] must exceed the embedding parameters (vocab x hidden)")
-    bytes_per_weight = spec_quant["bits_per_weight"] / 8
-    weights = m["params_b"] * 1e9 * bytes_per_weight / tp
-    # one expert's gate, up and down projections over all layers
-    expert = 3 * m["hidden_size"] * m["intermediate_size"] * m["layers"] * bytes_per_weight / tp
-    if not m["experts"]:
-        expert = 0.0
+    embed, body, weights, expert = _weight_terms(m, spec_quant, tp)
     budget = _budget(
         m,
         spec_gpu,
@@ -214,6 +193,41 @@ def cost_model(
         kv_block_tokens=block,
         max_batch=math.inf if math.isnan(max_batch) else max_batch,
     )
+
+
+def _memory_settings(
+    gpu_memory_utilization: float | None, max_num_batched_tokens: int | None, reserved_gb: float | None, backend
+) -> tuple[float, int, float]:
+    """(memory utilisation, activation tokens, runtime reserve GB): given, the backend's or the defaults."""
+    util = check_number(
+        "gpu_memory_utilization",
+        efficiency_value("gpu_memory_utilization") if gpu_memory_utilization is None else gpu_memory_utilization,
+        low=0,
+        high=1,
+        low_inclusive=False,
+    )
+    act_tokens = check_int(
+        "max_num_batched_tokens",
+        int(efficiency_value("max_num_batched_tokens")) if max_num_batched_tokens is None else max_num_batched_tokens,
+        low=1,
+    )
+    if reserved_gb is None:
+        reserved_gb = backend["reserved_gb"] if backend else efficiency_value("reserved_gb")
+    return util, act_tokens, check_number("reserved_gb", reserved_gb, low=0)
+
+
+def _weight_terms(m: dict, quant: dict, tp: int) -> tuple[float, float, float, float]:
+    """(embedding parameters, non-embedding active parameters, weight bytes per GPU, one expert's
+    bytes per GPU)."""
+    embed = m["vocab_size"] * m["hidden_size"]
+    body = m["active_params_b"] * 1e9 - embed * (1 if m["tied_embeddings"] else 2)
+    if body <= 0:
+        raise ValueError("model['active_params_b'] must exceed the embedding parameters (vocab x hidden)")
+    bytes_per_weight = quant["bits_per_weight"] / 8
+    weights = m["params_b"] * 1e9 * bytes_per_weight / tp
+    # one expert's gate, up and down projections over all layers
+    expert = 3 * m["hidden_size"] * m["intermediate_size"] * m["layers"] * bytes_per_weight / tp
+    return embed, body, weights, expert if m["experts"] else 0.0
 
 
 def ttft_ms(

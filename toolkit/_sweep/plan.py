@@ -98,16 +98,7 @@ class _Plan:
         messages = _messages(a["prompts"], a["system_prompt"])
         n = len(messages)
         closed_loop = a["rates"] is None
-        max_in_flight = None if a["max_in_flight"] is None else check_int("max_in_flight", a["max_in_flight"], low=1)
-        repeats = check_int("repeats", a["repeats"], low=1, high=1000)
-        if closed_loop:
-            limits = _int_list("limits", a["limits"], low=1, high=n)
-            rates: list[float] = []
-            keys = [(limit, math.nan) for limit in limits]
-        else:
-            rates = _float_list("rates", a["rates"])
-            limits = []
-            keys = [(max_in_flight or n, rate) for rate in rates]
+        max_in_flight, repeats, limits, rates, keys = _level_keys(a, n)
         arrival = check_choice("arrival", a["arrival"], ARRIVALS)
         ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=10_000)
         if arrival == "poisson" and ca2 != 1.0:
@@ -120,30 +111,12 @@ class _Plan:
         extra_body = a["extra_body"] or {}
         if not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
-        api_key = a["api_key"]
-        if api_key is None and a["api_key_env"]:
-            api_key = os.environ.get(a["api_key_env"]) or None
-        if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-            raise ValueError("api_key must be a non-empty string or None")
-        if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
-            # an HTTP header carries printable ASCII only; the value itself is never echoed
-            raise ValueError(
-                "api_key must be printable ASCII (no control characters or non-ASCII letters); its value is not shown"
-            )
+        api_key = _api_key(a["api_key"], a["api_key_env"])
         out_dir = None if a["out_dir"] is None else Path(a["out_dir"])
         if a["resume"] and out_dir is None:
             raise ValueError("resume=True needs out_dir (the folder of the sweep to continue)")
-        metrics_url = a["metrics_url"]
-        if metrics_url is None or metrics_url is True:
-            metrics_url = root + "/metrics"
-        elif metrics_url is False:
-            metrics_url = None
-        elif not isinstance(metrics_url, str) or not metrics_url.startswith(("http://", "https://")):
-            raise ValueError("metrics_url must be an http(s) URL, None or False")
-        metrics_auth = auth
-        if metrics_url is not None and metrics_url != root + "/metrics":
-            metrics_url, metrics_auth, more = split_credentials(metrics_url)
-            url_secrets += more
+        metrics_url, metrics_auth, more = _metrics_target(a["metrics_url"], root, auth)
+        url_secrets += more
         plan = cls(
             root=root,
             chat_url=root + "/v1/chat/completions",
@@ -202,6 +175,44 @@ class _Plan:
             "api_key_set": bool(api_key),
         }
         return plan
+
+
+def _level_keys(a: dict[str, Any], n: int) -> tuple[int | None, int, list[int], list[float], list[tuple[int, float]]]:
+    """(max_in_flight, repeats, limits, rates, one (in-flight cap, rate) key per level)."""
+    max_in_flight = None if a["max_in_flight"] is None else check_int("max_in_flight", a["max_in_flight"], low=1)
+    repeats = check_int("repeats", a["repeats"], low=1, high=1000)
+    if a["rates"] is None:
+        limits = _int_list("limits", a["limits"], low=1, high=n)
+        return max_in_flight, repeats, limits, [], [(limit, math.nan) for limit in limits]
+    rates = _float_list("rates", a["rates"])
+    return max_in_flight, repeats, [], rates, [(max_in_flight or n, rate) for rate in rates]
+
+
+def _api_key(api_key: Any, api_key_env: str | None) -> str | None:
+    """The key given, else the one in ``api_key_env``; checked, and never echoed in an error."""
+    if api_key is None and api_key_env:
+        api_key = os.environ.get(api_key_env) or None
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        raise ValueError("api_key must be a non-empty string or None")
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+        # an HTTP header carries printable ASCII only
+        raise ValueError(
+            "api_key must be printable ASCII (no control characters or non-ASCII letters); its value is not shown"
+        )
+    return api_key
+
+
+def _metrics_target(metrics_url: Any, root: str, auth: Any) -> tuple[str | None, Any, tuple[str, ...]]:
+    """(the /metrics URL or None, its basic auth, secrets found in it): the server's own by default."""
+    if metrics_url is None or metrics_url is True:
+        return root + "/metrics", auth, ()
+    if metrics_url is False:
+        return None, None, ()
+    if not isinstance(metrics_url, str) or not metrics_url.startswith(("http://", "https://")):
+        raise ValueError("metrics_url must be an http(s) URL, None or False")
+    if metrics_url == root + "/metrics":
+        return metrics_url, auth, ()
+    return split_credentials(metrics_url)
 
 
 def _messages(prompts: Any, system_prompt: str | None) -> list[list[dict[str, Any]]]:
