@@ -149,32 +149,38 @@ class _Plan:
             secrets=((api_key,) if api_key else ()) + url_secrets,
             params={},
         )
-        plan.params = {
-            "base_url": root,
-            "model": plan.model,
+        plan.params = plan._fingerprint(n, messages, limits, rates, repeats, metrics_url, api_key is not None)
+        return plan
+
+    def _fingerprint(
+        self, n: int, messages: list, limits: list[int], rates: list[float], repeats: int, metrics_url, key_set: bool
+    ) -> dict[str, Any]:
+        """The parameters a resume must match (written to run.json; no secret among them)."""
+        return {
+            "base_url": self.root,
+            "model": self.model,
             "lanes": n,
             "prompts_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
             "limits": limits,
             "rates": rates,
-            "arrival": arrival,
-            "ca2": ca2,
-            "seed": plan.seed,
-            "max_in_flight": max_in_flight,
-            "max_tokens": plan.max_tokens,
-            "slots": plan.slots,
-            "attempts": plan.attempts,
-            "tag_levels": plan.tag_levels,
+            "arrival": self.arrival,
+            "ca2": self.ca2,
+            "seed": self.seed,
+            "max_in_flight": self.max_in_flight,
+            "max_tokens": self.max_tokens,
+            "slots": self.slots,
+            "attempts": self.attempts,
+            "tag_levels": self.tag_levels,
             "metrics_url": metrics_url,
-            "timeout_s": plan.timeout_s,
-            "deadline_s": plan.deadline_s,
+            "timeout_s": self.timeout_s,
+            "deadline_s": self.deadline_s,
             "repeats": repeats,
-            "slo_ttft_ms": plan.slo_ttft_ms,
-            "slo_tpot_ms": plan.slo_tpot_ms,
-            "extra_body": plan.extra_body,
-            "postprocess": getattr(plan.postprocess, "__qualname__", None) if plan.postprocess else None,
-            "api_key_set": bool(api_key),
+            "slo_ttft_ms": self.slo_ttft_ms,
+            "slo_tpot_ms": self.slo_tpot_ms,
+            "extra_body": self.extra_body,
+            "postprocess": getattr(self.postprocess, "__qualname__", None) if self.postprocess else None,
+            "api_key_set": key_set,
         }
-        return plan
 
 
 def _level_keys(a: dict[str, Any], n: int) -> tuple[int | None, int, list[int], list[float], list[tuple[int, float]]]:
