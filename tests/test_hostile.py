@@ -96,3 +96,23 @@ def test_a_key_that_cannot_be_a_header_is_refused_without_echo(key, tmp_path):
     with pytest.raises(ValueError, match="api_key must be printable ASCII") as info:
         toolkit.run_sweep("http://127.0.0.1:9", "m", ["p"], limits=(1,), api_key=key, progress=False, out_dir=tmp_path)
     assert key not in str(info.value) and key not in repr(info.value)
+
+
+def test_a_key_that_is_a_common_word_does_not_rewrite_the_data(tmp_path):
+    """Redaction touches only the text a credential can appear in (errors, URLs): with the key
+    ``llama`` the model ``llama-3-8b`` is stored as it is, and a resume accepts it."""
+    prompts = [*PROMPTS[:2], PROMPTS[2] + " [[fault:500*1]]"]
+    args = dict(limits=(1,), max_tokens=8, tag_levels=False, timeout_s=5.0, progress=False, out_dir=tmp_path)
+    with FaultServer(
+        tokens=TOKENS, token_delay_s=0.0, echo_authorization=True, require_key="llama", error_message="bad request"
+    ) as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        first = toolkit.run_sweep(server.base_url, "llama-3-8b", prompts, api_key="llama", **args)
+        again = toolkit.run_sweep(server.base_url, "llama-3-8b", prompts, api_key="llama", resume=True, **args)
+    written = "".join(p.read_text() for p in tmp_path.iterdir() if p.suffix in (".json", ".jsonl", ".csv"))
+    assert '"model": "llama-3-8b"' in (tmp_path / "run.json").read_text()
+    assert first.params["model"] == again.params["model"] == "llama-3-8b"
+    # the server echoed the key into the failed lane's error: that text is scrubbed
+    failed = first.lanes[first.lanes["outcome"] == "error"]
+    assert len(failed) == 1 and "request had Authorization: Bearer ***" in failed["error"].iloc[0]
+    assert "Bearer llama" not in written

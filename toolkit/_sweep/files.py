@@ -54,6 +54,21 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
     return value
 
 
+# The only fields of a record, a table or run.json that can carry a credential: text that came from
+# a server or an exception, and URLs. Everything else (model names, prompts' hashes, numbers) is
+# written as it is, so that a key that happens to be a common word cannot rewrite the data.
+TEXT_FIELDS = frozenset({"error", "reason", "base_url", "metrics_url", "url"})
+
+
+def scrub(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` with :func:`redact` applied to the ``TEXT_FIELDS`` of every mapping in it."""
+    if isinstance(value, dict):
+        return {k: redact(v, secrets) if k in TEXT_FIELDS else scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v, secrets) for v in value]
+    return value
+
+
 def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None, tuple[str, ...]]:
     """``url`` without ``user:password@``, that pair as basic auth, and the password as a secret.
 
@@ -92,7 +107,7 @@ class LaneLog:
         """Write ``record`` as one whole line, then flush it to disk."""
         if self.path is None:
             return
-        line = json.dumps(_jsonable(redact(record, self._secrets)), allow_nan=False) + "\n"
+        line = json.dumps(_jsonable(scrub(record, self._secrets)), allow_nan=False) + "\n"
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if _ends_torn(fd):
@@ -125,7 +140,7 @@ def _ends_torn(fd: int) -> bool:
 def write_frame(frame: pd.DataFrame, path: Path, secrets: tuple[str, ...]) -> None:
     """Replace ``path`` with ``frame`` as CSV, atomically."""
     frame = frame.copy()
-    for col in frame.select_dtypes(include="object").columns:
+    for col in TEXT_FIELDS.intersection(frame.columns):
         frame[col] = frame[col].map(lambda v: redact(v, secrets))
     tmp = path.with_name(path.name + ".tmp")
     frame.to_csv(tmp, index=False)
@@ -135,7 +150,7 @@ def write_frame(frame: pd.DataFrame, path: Path, secrets: tuple[str, ...]) -> No
 def write_json(obj: dict[str, Any], path: Path, secrets: tuple[str, ...]) -> None:
     """Replace ``path`` with ``obj`` as indented JSON, atomically."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(redact(obj, secrets)), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(_jsonable(scrub(obj, secrets)), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
