@@ -103,9 +103,12 @@ def test_a_key_that_is_a_common_word_does_not_rewrite_the_data(tmp_path):
     ``llama`` the model ``llama-3-8b`` is stored as it is, and a resume accepts it."""
     prompts = [*PROMPTS[:2], PROMPTS[2] + " [[fault:500*1]]"]
     args = dict(limits=(1,), max_tokens=8, tag_levels=False, timeout_s=5.0, progress=False, out_dir=tmp_path)
-    with FaultServer(
-        tokens=TOKENS, token_delay_s=0.0, echo_authorization=True, require_key="llama", error_message="bad request"
-    ) as server, warnings.catch_warnings():
+    with (
+        FaultServer(
+            tokens=TOKENS, token_delay_s=0.0, echo_authorization=True, require_key="llama", error_message="bad request"
+        ) as server,
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore", RuntimeWarning)
         first = toolkit.run_sweep(server.base_url, "llama-3-8b", prompts, api_key="llama", **args)
         again = toolkit.run_sweep(server.base_url, "llama-3-8b", prompts, api_key="llama", resume=True, **args)
@@ -116,3 +119,23 @@ def test_a_key_that_is_a_common_word_does_not_rewrite_the_data(tmp_path):
     failed = first.lanes[first.lanes["outcome"] == "error"]
     assert len(failed) == 1 and "request had Authorization: Bearer ***" in failed["error"].iloc[0]
     assert "Bearer llama" not in written
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"base_url": "http://127.0.0.1:99999"}, "port"),
+        ({"base_url": "http://"}, "base_url"),
+        ({"out_dir": 123}, "out_dir"),
+        ({"metrics_url": "http://127.0.0.1:0x10/metrics"}, "metrics_url"),
+    ],
+)
+def test_wrong_types_and_ranges_are_value_errors_naming_the_argument(kwargs, field):
+    args = {"base_url": "http://127.0.0.1:9", "model": "m", "prompts": ["p"], "limits": (1,), "progress": False}
+    with pytest.raises(ValueError, match=field):
+        toolkit.run_sweep(**{**args, **kwargs})
+
+
+def test_a_string_is_not_a_list_of_tensor_parallel_degrees():
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        toolkit.plan(request_rate=1, prompt_tokens=5, output_tokens=5, tensor_parallel="12", models="Llama-3.1-8B")

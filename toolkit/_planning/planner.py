@@ -212,6 +212,8 @@ def plan(
 def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
     if isinstance(tensor_parallel, (int, np.integer)):
         tensor_parallel = (tensor_parallel,)
+    if isinstance(tensor_parallel, (str, bytes)) or not hasattr(tensor_parallel, "__iter__"):
+        raise ValueError(f"tensor_parallel must be an integer or a list of them (1..64), got {tensor_parallel!r}")
     tps = sorted({check_int("tensor_parallel", tp, low=1, high=64) for tp in tensor_parallel})
     if not tps:
         raise ValueError("tensor_parallel must list at least one degree (1..64)")

@@ -87,8 +87,7 @@ class _Plan:
 
     @classmethod
     def from_args(cls, a: dict[str, Any]) -> _Plan:
-        if not isinstance(a["base_url"], str) or not a["base_url"].startswith(("http://", "https://")):
-            raise ValueError("base_url must be an http(s) URL such as http://127.0.0.1:8000")
+        _check_url("base_url", a["base_url"])
         base_url, auth, url_secrets = split_credentials(a["base_url"])
         root = base_url.rstrip("/").removesuffix("/v1").rstrip("/")
         if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
@@ -112,6 +111,8 @@ class _Plan:
         if not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a mapping or None, got {type(extra_body).__name__}")
         api_key = _api_key(a["api_key"], a["api_key_env"])
+        if a["out_dir"] is not None and not isinstance(a["out_dir"], (str, os.PathLike)):
+            raise ValueError(f"out_dir must be a folder path or None, got {type(a['out_dir']).__name__}")
         out_dir = None if a["out_dir"] is None else Path(a["out_dir"])
         if a["resume"] and out_dir is None:
             raise ValueError("resume=True needs out_dir (the folder of the sweep to continue)")
@@ -183,6 +184,23 @@ class _Plan:
         }
 
 
+def _check_url(name: str, url: Any, also: str = "") -> None:
+    """An http(s) URL with a host and, if given, a port from 1 to 65535; else a ValueError naming ``name``."""
+    wanted = f"{name} must be an http(s) URL with a host, such as http://127.0.0.1:8000" + (
+        f", or {also}" if also else ""
+    )
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(wanted)
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise ValueError(wanted) from None
+    if not parsed.host:
+        raise ValueError(wanted)
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ValueError(f"{name}'s port must be from 1 to 65535, got {parsed.port}")
+
+
 def _level_keys(a: dict[str, Any], n: int) -> tuple[int | None, int, list[int], list[float], list[tuple[int, float]]]:
     """(max_in_flight, repeats, limits, rates, one (in-flight cap, rate) key per level)."""
     max_in_flight = None if a["max_in_flight"] is None else check_int("max_in_flight", a["max_in_flight"], low=1)
@@ -214,8 +232,7 @@ def _metrics_target(metrics_url: Any, root: str, auth: Any) -> tuple[str | None,
         return root + "/metrics", auth, ()
     if metrics_url is False:
         return None, None, ()
-    if not isinstance(metrics_url, str) or not metrics_url.startswith(("http://", "https://")):
-        raise ValueError("metrics_url must be an http(s) URL, None or False")
+    _check_url("metrics_url", metrics_url, also="None or False")
     if metrics_url == root + "/metrics":
         return metrics_url, auth, ()
     return split_credentials(metrics_url)
