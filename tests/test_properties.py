@@ -152,6 +152,14 @@ SPECS: dict[str, Spec] = {
         examples=10,
         needs_server=True,
     ),
+    "replay_trace": Spec(
+        kwargs={
+            "trace": pd.DataFrame({"arrival_s": [0.0, 0.01], "prompt_tokens": [4, 6], "output_tokens": [2, 1]}),
+            "progress": False,
+        },
+        examples=10,
+        needs_server=True,
+    ),
     "predict_sweep": Spec(
         kwargs={**SERVING, "prompt_tokens": 256, "output_tokens": 16, "lanes": 4, "limits": (1, 2)},
         numeric={"prompt_tokens": "array", "output_tokens": "array", "cached_tokens": "array"},
@@ -181,6 +189,7 @@ NOT_NUMERIC: dict[str, str] = {
     "CostModel": "a frozen record built by cost_model (which validates); its methods are covered as CostModel.*",
     "SimulationResult": "a result record returned by simulate",
     "SweepResult": "a result record returned by run_sweep",
+    "ReplayResult": "a result record returned by replay_trace",
     "sweep": "the coroutine twin of run_sweep, sharing its validation; covered through run_sweep",
     "pareto": "takes a DataFrame; hostile objective values: test_pareto_survives_hostile_frames",
     "decode_throughput_chart": "takes DataFrames and strings",
@@ -202,7 +211,7 @@ NONFINITE_OK: dict[str, tuple[str, ...]] = {
     "cost_model": ("max_batch",),  # CostModel: "the backend's cap on decoded sequences (inf when none)"
 }
 # results that document NaN as "cannot be known" throughout (SweepResult); infinities still fail
-NAN_MEANS_UNKNOWN = {"run_sweep"}
+NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace"}
 
 
 # --- discovering numeric parameters -------------------------------------------------------------------
@@ -332,10 +341,11 @@ def _bounded(seconds: float = 2.0, extra_bytes: int = 1 << 30):
 def _call(name: str, pname: str, value: Any, server: FaultServer | None) -> Any:
     spec = SPECS[name]
     kwargs = dict(spec.kwargs)
-    if name == "run_sweep":
+    if name in ("run_sweep", "replay_trace"):
         kwargs.setdefault("base_url", server.base_url)
-        kwargs.setdefault("limits", (1,))
         kwargs.setdefault("timeout_s", 5)
+        if name == "run_sweep":
+            kwargs.setdefault("limits", (1,))
     elif name == "scrape_metrics":
         kwargs.setdefault("metrics_url", f"{server.root_url}/metrics")
     kwargs[pname] = value

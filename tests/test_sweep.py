@@ -58,6 +58,17 @@ def test_e2e_and_tpot_follow_the_scripted_sleeps():
     assert lane.server_tpot_ms == 50  # the server's own figure, passed through from `timings`
 
 
+def test_inter_token_latency_is_the_gap_between_content_chunks():
+    # 6 tokens 50 ms apart after a 200 ms first token: the gaps are 50 ms, the TTFT is not one of them
+    with StreamingServer(tokens=6, ttft_s=0.2, itl_s=0.05) as srv:
+        lane = run(srv, ["x"], max_tokens=6).lanes.iloc[0]
+    assert lane.itl_ms_p50 == pytest.approx(50, abs=SLACK_S * 1000 / 5), lane.itl_ms_p50
+    assert 50 - SLACK_S * 1000 / 5 <= lane.itl_ms_max < 200
+    with StreamingServer(tokens=1) as srv:
+        single = run(srv, ["x"]).lanes.iloc[0]
+    assert math.isnan(single.itl_ms_p50) and math.isnan(single.itl_ms_max)  # one token has no gap
+
+
 def test_tokens_come_from_usage_and_prompt_tokens_from_the_server_count():
     with StreamingServer(tokens=4) as srv:
         lane = run(srv, ["one two three"], system_prompt="sys tem", tag_levels=False).lanes.iloc[0]

@@ -53,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "SweepResult": "_sweep.result",
     "scrape_metrics": "_sweep.metrics",
     "LlamaServer": "_sweep.llama_server",
+    "replay_trace": "_sweep.replay",
+    "ReplayResult": "_sweep.replay_result",
     # charts and report
     "decode_throughput_chart": "_report.charts",
     "decomposition_chart": "_report.charts",

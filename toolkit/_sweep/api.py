@@ -169,7 +169,7 @@ async def sweep(
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         trust_env=False,  # a benchmark talks to base_url directly, never through an env proxy
     ) as client:
-        models = await _probe(client, plan)
+        models = await _probe(client, root=plan.root, model=plan.model, timeout_s=plan.timeout_s, secrets=plan.secrets)
         if plan.model is None:
             plan.model = plan.params["model"] = models[0]
         return await _Runner(plan, client).run()

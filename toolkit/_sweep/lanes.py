@@ -139,13 +139,31 @@ async def run_lane(
 
 
 async def _attempt(ctx: LaneContext, messages: list[dict[str, Any]], start: float) -> tuple[dict[str, Any], str]:
+    body = {**ctx.body, "messages": messages}
+    return await _exchange(ctx.client, ctx.chat_url, body, timeout_s=ctx.timeout_s, secrets=ctx.secrets, start=start)
+
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    timeout_s: float,
+    secrets: tuple[str, ...],
+    start: float,
+) -> tuple[dict[str, Any], str]:
+    """POST one streamed chat completion and return its record (see the module notes) and text.
+
+    ``start`` is the ``time.perf_counter()`` the request counts from; any failure becomes the
+    record's ``error`` (credentials in ``secrets`` redacted), never an exception.
+    """
     stream = _Stream()
     error = ""
     try:
-        async with asyncio.timeout(ctx.timeout_s):
-            await _stream_chat(ctx, messages, stream, start)
+        async with asyncio.timeout(timeout_s):
+            await _stream_chat(client, url, body, stream, start)
     except TimeoutError:
-        error = f"timeout: no complete answer within timeout_s={ctx.timeout_s:g} s"
+        error = f"timeout: no complete answer within timeout_s={timeout_s:g} s"
     except _LaneError as exc:
         error = str(exc)
     except httpx.HTTPError as exc:
@@ -154,12 +172,13 @@ async def _attempt(ctx: LaneContext, messages: list[dict[str, Any]], start: floa
     end = time.perf_counter()
     if not error and not stream.finished:
         error = "stream ended without [DONE] or a finish_reason"
-    return _record(stream, start, end, redact(error, ctx.secrets)), "".join(stream.text)
+    return _record(stream, start, end, redact(error, secrets)), "".join(stream.text)
 
 
-async def _stream_chat(ctx: LaneContext, messages: list[dict[str, Any]], stream: _Stream, start: float) -> None:
-    body = {**ctx.body, "messages": messages}
-    async with ctx.client.stream("POST", ctx.chat_url, json=body) as response:
+async def _stream_chat(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: _Stream, start: float
+) -> None:
+    async with client.stream("POST", url, json=body) as response:
         stream.status = response.status_code
         if response.status_code != 200:
             stream.retry_after_s = _retry_after(response.headers.get("retry-after"))

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__: list[str] = []
 
 
@@ -60,6 +62,8 @@ LANE_COLUMNS = [
     "retry_after_s",
     "start_s",
     "end_s",
+    "itl_ms_p50",
+    "itl_ms_max",
     *_SERVER_TIMINGS,
     "session",
 ]
@@ -71,6 +75,7 @@ class _Stream:
     text: list[str] = field(default_factory=list)
     ttft_s: float = NAN
     chunks: int = 0
+    chunk_s: list[float] = field(default_factory=list)  # perf_counter of each content chunk
     usage: dict[str, Any] | None = None
     timings: dict[str, Any] | None = None
     finished: bool = False
@@ -99,9 +104,11 @@ def _take_chunk(chunk: Any, stream: _Stream, start: float) -> None:
             delta = {}
         piece = delta.get("content") or delta.get("reasoning_content")
         if isinstance(piece, str) and piece:
+            now = time.perf_counter()
             if stream.chunks == 0:
-                stream.ttft_s = time.perf_counter() - start
+                stream.ttft_s = now - start
             stream.chunks += 1
+            stream.chunk_s.append(now)
             stream.text.append(piece)
         if isinstance(choice, dict) and choice.get("finish_reason"):
             stream.finished = True
@@ -167,6 +174,7 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
     ttft_ms = stream.ttft_s * 1000
     tpot_ms = (e2e_ms - ttft_ms) / (out - 1) if ok and out >= 2 and math.isfinite(ttft_ms) else NAN
     timings = stream.timings or {}
+    gaps_ms = np.diff(stream.chunk_s) * 1000 if ok and stream.chunks >= 2 else None
     record = {
         "ttft_ms": ttft_ms,
         "tpot_ms": tpot_ms,
@@ -184,6 +192,8 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "status_code": stream.status,
         "retry_after_s": stream.retry_after_s,
         "cancelled": False,
+        "itl_ms_p50": float(np.median(gaps_ms)) if gaps_ms is not None else NAN,
+        "itl_ms_max": float(gaps_ms.max()) if gaps_ms is not None else NAN,
     }
     for column, key in _SERVER_TIMINGS.items():
         record[column] = _timing(timings.get(key)) if ok else NAN

@@ -22,7 +22,7 @@ class SweepResult:
         ``postprocess_s`` (s), ``outcome`` (ok, rejected or error), ``error`` (text), then
         ``repeat``, ``rate_rps``, ``final``, ``cancelled``, ``tokens_from_usage``, ``content_chunks``,
         ``status_code``, ``retry_after_s``, ``start_s``/``end_s`` (s from the level's start),
-        llama.cpp's ``server_tpot_ms``, ``server_predicted_ms``, ``server_predicted_n``,
+        ``itl_ms_p50``/``itl_ms_max`` (median and longest gap between content chunks, ms), llama.cpp's ``server_tpot_ms``, ``server_predicted_ms``, ``server_predicted_n``,
         ``server_prompt_ms``, ``server_prompt_n``, ``server_cache_n`` and ``session``.
     levels : pandas.DataFrame
         One row per level (repeats averaged): ``in_flight``, ``lanes``, ``wall_s`` (s),

@@ -43,6 +43,7 @@ def load_trace(
     time_scale: float = 1.0,
     rate_scale: float | None = None,
     seed: int = 0,
+    token_scale: float = 1.0,
 ) -> pd.DataFrame:
     """Load a request trace as a tidy frame, optionally sliced, stretched and thinned or multiplied.
 
@@ -65,6 +66,9 @@ def load_trace(
         plus a thinned copy for the fraction. Seeded by ``seed``.
     seed : int
         Seed of the thinning and the shifts (0 to 2**63 - 1).
+    token_scale : float
+        Factor on ``prompt_tokens`` and ``output_tokens`` (> 0, at most 1e6), each rounded and at
+        least 1: fits a production trace's lengths to a small test server.
 
     Returns
     -------
@@ -94,8 +98,12 @@ def load_trace(
     if rate_scale is not None:
         factor = check_number("rate_scale", rate_scale, low=0, low_inclusive=False, high=1000)
         frame, method = _rescale(frame, factor, window_s, rng)
+    tokens = check_number("token_scale", token_scale, low=0, low_inclusive=False, high=1e6)
+    if tokens != 1.0:
+        for column in ("prompt_tokens", "output_tokens"):
+            frame[column] = np.maximum(1, np.rint(frame[column] * tokens)).astype(np.int64)
     frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
-    frame.attrs.update(source=source, name=name, window_s=window_s, rate_scaling=method)
+    frame.attrs.update(source=source, name=name, window_s=window_s, rate_scaling=method, token_scale=tokens)
     return frame
 
 

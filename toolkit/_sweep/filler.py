@@ -1,0 +1,128 @@
+"""Prompts of a given token length for replaying a trace, built from filler words.
+
+A trace gives each request's prompt length in tokens, not its text. The replay sends a chat message
+of random filler words sized so that the server's ``usage.prompt_tokens`` equals that length:
+
+1. When the server has a ``/tokenize`` endpoint (llama.cpp, vLLM, SGLang), the vocabulary is cut to
+   the words that are one token each with a leading space, so ``k`` words are ``k`` tokens.
+   Otherwise every word is kept and lengths come out approximate.
+2. Two calibration requests (``max_tokens=1``, not part of the replay) of ``k1`` and ``k2`` words
+   give ``usage.prompt_tokens`` ``p1`` and ``p2``: tokens per word ``b = (p2 - p1) / (k2 - k1)`` and
+   the chat template's own tokens ``a = p1 - b * k1``. A prompt of ``n`` tokens gets
+   ``round((n - a) / b)`` words (at least one), so a target below ``a + b`` cannot be met.
+
+Each request draws its words from its own seeded generator, so no two prompts share a prefix beyond
+the chat template (a production trace carries no information about shared prefixes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+__all__: list[str] = []
+
+
+# Common English words; those that are not a single token on the server's tokenizer are dropped.
+WORDS = (  # noqa: SIM905 - a paragraph of words reads better than 200 quoted ones
+    "the of and to in is was for on are with as at be by this from had not but what all were when we "
+    "there can an your which their said if do will each about how up out them then she many some so "
+    "these would other into has more her two like him see time could no make than first been its who "
+    "now people my made over did down only way find use may water long little very after words called "
+    "just where most know get through back much before go good new write our used me man too any day "
+    "same right look think also around another came come work three word must because does part even "
+    "place well such here take why things help put years different away again off went old number great "
+    "tell men say small every found still between name should home big give air line set own under read "
+    "last never us left end along while might next sound below saw something thought both few those "
+    "always looked show large often together asked house world going want school important until form"
+).split()
+
+_CALIBRATION_WORDS = (16, 256)
+
+
+@dataclass(frozen=True)
+class Filler:
+    """How prompts are sized on one server: the vocabulary and the fitted tokens-per-word line."""
+
+    words: tuple[str, ...]
+    template_tokens: float
+    tokens_per_word: float
+    method: str  # "tokenize" or "calibrated"
+
+    def words_for(self, prompt_tokens: int) -> int:
+        """Words that make a prompt of ``prompt_tokens`` tokens (at least one)."""
+        return max(1, round((prompt_tokens - self.template_tokens) / self.tokens_per_word))
+
+    def text(self, n_words: int, seed: int) -> str:
+        """``n_words`` filler words drawn by a generator seeded with ``seed``.
+
+        The first word is always the vocabulary's first: a word's token count can differ at the
+        start of a message (no leading space), and a fixed opening keeps that in the intercept.
+        """
+        rng = np.random.default_rng(seed)
+        drawn = np.asarray(self.words)[rng.integers(0, len(self.words), n_words - 1)]
+        return " ".join((self.words[0], *drawn))
+
+
+async def build_filler(
+    client: httpx.AsyncClient, root: str, chat_url: str, model: str, timeout_s: float, seed: int
+) -> Filler:
+    """Probe ``/tokenize`` and calibrate the words-to-tokens line with two short requests."""
+    single = await _single_token_words(client, root, model, timeout_s)
+    words = tuple(single) if len(single) >= 32 else tuple(WORDS)
+    draft = Filler(words, 0.0, 1.0, "tokenize" if words == tuple(single) else "calibrated")
+    counts = []
+    for i, k in enumerate(_CALIBRATION_WORDS):
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": draft.text(k, seed=seed + 2**62 + i)}],
+            "max_tokens": 1,
+            "stream": False,
+        }
+        response = await client.post(chat_url, json=body, timeout=timeout_s)
+        usage = _usage(response)
+        if usage is None:
+            raise ConnectionError(
+                f"calibrating prompt lengths: {chat_url} answered HTTP {response.status_code} without "
+                "usage.prompt_tokens, so prompt lengths cannot be sized"
+            )
+        counts.append(usage)
+    (k1, k2), (p1, p2) = _CALIBRATION_WORDS, counts
+    per_word = (p2 - p1) / (k2 - k1)
+    if per_word <= 0:
+        raise ConnectionError(
+            f"calibrating prompt lengths: usage.prompt_tokens did not grow with the prompt ({p1}, {p2})"
+        )
+    return Filler(words, p1 - per_word * k1, per_word, draft.method)
+
+
+def _usage(response: httpx.Response) -> int | None:
+    try:
+        value = response.json()["usage"]["prompt_tokens"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**9
+    return value if response.status_code == 200 and ok else None
+
+
+async def _single_token_words(client: httpx.AsyncClient, root: str, model: str, timeout_s: float) -> list[str]:
+    """The words of ``WORDS`` that ``/tokenize`` counts as one token after a space; [] without it."""
+
+    async def count(text: str) -> int | None:
+        body = {"content": text, "prompt": text, "model": model, "add_special": False, "add_special_tokens": False}
+        try:
+            response = await client.post(root + "/tokenize", json=body, timeout=timeout_s)
+            payload: Any = response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        tokens = payload.get("tokens") if isinstance(payload, dict) and response.status_code == 200 else None
+        return len(tokens) if isinstance(tokens, list) else None
+
+    counts = await asyncio.gather(*(count(" " + word) for word in WORDS))
+    if any(c is None for c in counts):
+        return []
+    return [word for word, c in zip(WORDS, counts, strict=True) if c == 1]

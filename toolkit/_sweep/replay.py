@@ -1,0 +1,316 @@
+"""Replaying a request trace against an OpenAI-compatible server, open loop at the trace's times.
+
+Each trace row becomes one streamed chat completion sent at ``arrival_s`` seconds after the replay
+starts, whatever is still in flight (open loop: the server's queue, not the client, absorbs bursts).
+Its prompt is filler text sized to the row's ``prompt_tokens`` (see :mod:`toolkit._sweep.filler`);
+its output is held to the row's ``output_tokens`` with ``max_tokens`` and, when ``exact_output``,
+``ignore_eos`` (llama.cpp, vLLM, SGLang) and ``min_tokens`` (vLLM), so a request runs as long as it
+did in production. Whether it did is measured, not assumed: ``output_exact`` compares the server's
+``usage.completion_tokens`` with the target.
+
+The client's own punctuality is measured too: ``lateness_ms`` is how long after its scheduled time
+each request left. A client that falls behind (the 99th percentile above ``max_lateness_ms``)
+replays a different, smoother trace than the one given, and the result says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from toolkit._args import check_int, check_number
+from toolkit._queueing.workload import _trace_columns
+from toolkit._sweep.files import split_credentials
+from toolkit._sweep.filler import Filler, build_filler
+from toolkit._sweep.lanes import _exchange
+from toolkit._sweep.plan import _api_key, _check_url
+from toolkit._sweep.probe import _probe
+from toolkit._sweep.records import _record, _Stream
+from toolkit._sweep.replay_result import ReplayResult, replay_summary
+
+__all__ = ["replay_trace"]
+
+
+def replay_trace(
+    trace: pd.DataFrame,
+    base_url: str | None = None,
+    model: str | None = None,
+    *,
+    server: Any = None,
+    exact_output: bool = True,
+    timeout_s: float = 600.0,
+    deadline_s: float | None = None,
+    max_lateness_ms: float = 50.0,
+    seed: int = 0,
+    api_key: str | None = None,
+    api_key_env: str | None = "TOOLKIT_API_KEY",
+    extra_body: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> ReplayResult:
+    """Replay a request trace against a chat-completions server and measure every request.
+
+    Works from a script and from a notebook alike (inside a running event loop it runs in a worker
+    thread and blocks the cell until done).
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        One request per row: ``arrival_s`` (s from the start), ``prompt_tokens``, ``output_tokens``
+        (integers >= 1), as :func:`toolkit.load_trace` returns (use its ``time_scale`` and
+        ``token_scale`` to fit a production hour to a small server). Other columns are carried into
+        the result.
+    base_url : str or None
+        The server's root, ``http://host:port``. With neither ``base_url`` nor ``server``, a local
+        :class:`toolkit.LlamaServer` serving the default model is started for the replay and stopped
+        after it.
+    model : str or None
+        Model name sent with every request; None takes the first one ``/v1/models`` lists.
+    server : toolkit.LlamaServer or None
+        A running server to replay against (instead of ``base_url``).
+    exact_output : bool
+        Ask the server to produce exactly ``output_tokens`` (``ignore_eos`` and ``min_tokens``
+        alongside ``max_tokens``); False sends only ``max_tokens``, for servers that reject unknown
+        fields.
+    timeout_s : float
+        Limit for one request, sending to last byte, in seconds (> 0).
+    deadline_s : float or None
+        Limit for the whole replay in seconds (> 0): at the deadline nothing more is sent, requests
+        in flight are cancelled, and both are rows with an error (never dropped).
+    max_lateness_ms : float
+        The client is said to have fallen behind when the 99th percentile of ``lateness_ms`` exceeds
+        this (> 0).
+    seed : int
+        Seed of the filler words (0 to 2**62).
+    api_key : str or None
+        Bearer token; None reads the environment variable ``api_key_env``. Sent to ``base_url`` only.
+    api_key_env : str or None
+        Environment variable read when ``api_key`` is None.
+    extra_body : mapping or None
+        Extra JSON fields for every request (``temperature`` ...).
+    progress : bool
+        Show a tqdm bar of completed requests.
+
+    Returns
+    -------
+    ReplayResult
+        ``requests`` (one row per trace row, in trace order), ``summary`` (one row) and ``warnings``;
+        the columns are listed on :class:`toolkit.ReplayResult`.
+
+    Raises
+    ------
+    ValueError
+        An argument out of range (the message names it) or a malformed trace.
+    ConnectionError
+        Nothing answered at ``<base_url>/v1/models``, or prompt lengths could not be calibrated.
+    """
+    args = _check(dict(locals()))
+    if args["base_url"] is None:
+        from toolkit._sweep.llama_server import LlamaServer
+
+        with LlamaServer() as local:
+            return _run(args | {"base_url": local.base_url})
+    return _run(args)
+
+
+def _run(args: dict[str, Any]) -> ReplayResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_replay(**args))
+    box: dict[str, Any] = {}
+
+    def target() -> None:  # a notebook's loop is running: replay on a fresh loop in a thread
+        try:
+            box["result"] = asyncio.run(_replay(**args))
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="toolkit-replay")
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _check(a: dict[str, Any]) -> dict[str, Any]:
+    arrival, prompt, output = _trace_columns(a["trace"])
+    if a["server"] is not None:
+        if a["base_url"] is not None:
+            raise ValueError("give base_url or server, not both")
+        a["base_url"] = a["server"].base_url
+    if a["base_url"] is not None:
+        _check_url("base_url", a["base_url"], also="None (start a local llama-server)")
+    if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
+        raise ValueError(f"model must be a non-empty string or None, got {a['model']!r}")
+    for name in ("exact_output", "progress"):
+        if not isinstance(a[name], bool):
+            raise ValueError(f"{name} must be True or False, got {a[name]!r}")
+    extra = a["extra_body"] or {}
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"extra_body must be a mapping or None, got {type(extra).__name__}")
+    deadline = a["deadline_s"]
+    return {
+        "trace": a["trace"],
+        "arrival_s": arrival,
+        "prompt_tokens": prompt.astype(int),
+        "output_tokens": output.astype(int),
+        "base_url": a["base_url"],
+        "model": a["model"],
+        "exact_output": a["exact_output"],
+        "timeout_s": check_number("timeout_s", a["timeout_s"], low=0, low_inclusive=False, high=86_400),
+        "deadline_s": None if deadline is None else check_number("deadline_s", deadline, low=0, low_inclusive=False),
+        "max_lateness_ms": check_number("max_lateness_ms", a["max_lateness_ms"], low=0, low_inclusive=False),
+        "seed": check_int("seed", a["seed"], low=0, high=2**62),
+        "api_key": _api_key(a["api_key"], a["api_key_env"]),
+        "extra_body": dict(extra),
+        "progress": a["progress"],
+    }
+
+
+async def _replay(
+    *, trace, arrival_s, prompt_tokens, output_tokens, base_url, model, exact_output, timeout_s, deadline_s,
+    max_lateness_ms, seed, api_key, extra_body, progress,
+) -> ReplayResult:  # fmt: skip
+    url, auth, secrets = split_credentials(base_url)
+    root = url.rstrip("/").removesuffix("/v1").rstrip("/")
+    if api_key:
+        secrets += (api_key,)
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+        auth=None if api_key else auth,
+        timeout=httpx.Timeout(timeout_s),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        trust_env=False,
+    ) as client:
+        models = await _probe(client, root=root, model=model, timeout_s=timeout_s, secrets=secrets)
+        model = model or models[0]
+        chat_url = root + "/v1/chat/completions"
+        filler = await build_filler(client, root, chat_url, model, timeout_s, seed)
+        bodies = _bodies(filler, model, prompt_tokens, output_tokens, exact_output, extra_body, seed)
+        rows = await _send_all(client, chat_url, bodies, arrival_s, timeout_s, deadline_s, secrets, progress)
+    requests = _requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
+    params = {
+        "base_url": root,
+        "model": model,
+        "requests": len(trace),
+        "exact_output": exact_output,
+        "prompt_method": filler.method,
+        "template_tokens": filler.template_tokens,
+        "tokens_per_word": filler.tokens_per_word,
+        "max_lateness_ms": max_lateness_ms,
+        "seed": seed,
+    }
+    summary, warnings = replay_summary(requests, max_lateness_ms=max_lateness_ms, prompt_method=filler.method)
+    return ReplayResult(requests=requests, summary=summary, params=params, warnings=tuple(warnings))
+
+
+def _bodies(
+    filler: Filler,
+    model: str,
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    exact: bool,
+    extra: dict,
+    seed: int,
+) -> list[dict[str, Any]]:
+    bodies = []
+    for i, (n_prompt, n_output) in enumerate(zip(prompt_tokens, output_tokens, strict=True)):
+        text = filler.text(filler.words_for(int(n_prompt)), seed=seed + i)
+        body = {
+            **extra,
+            "model": model,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": int(n_output),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if exact:
+            body.update(ignore_eos=True, min_tokens=int(n_output))
+        bodies.append(body)
+    return bodies
+
+
+async def _send_all(
+    client: httpx.AsyncClient,
+    chat_url: str,
+    bodies: list[dict[str, Any]],
+    arrival_s: np.ndarray,
+    timeout_s: float,
+    deadline_s: float | None,
+    secrets: tuple[str, ...],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Send each body at its arrival time; one row per body, whatever happened to it."""
+    rows: list[dict[str, Any]] = [{} for _ in bodies]
+    bar = tqdm(total=len(bodies), desc="replay", unit="req", leave=False, disable=not progress)
+    t0 = time.perf_counter() + 0.05  # a short lead so the first sends are not late by set-up time
+    stop_at = math.inf if deadline_s is None else t0 + deadline_s
+
+    async def one(i: int, sent: float) -> None:
+        try:
+            record, _ = await _exchange(client, chat_url, bodies[i], timeout_s=timeout_s, secrets=secrets, start=sent)
+        except asyncio.CancelledError:
+            record = _record(_Stream(), sent, time.perf_counter(), "cancelled: the replay's deadline was reached")
+        rows[i].update(record, end_s=time.perf_counter() - t0)
+        bar.update()
+
+    tasks = []
+    for i, arrival in enumerate(arrival_s):
+        scheduled = t0 + arrival
+        if scheduled >= stop_at:
+            break
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent = time.perf_counter()
+        rows[i].update(sent_s=sent - t0, lateness_ms=(sent - scheduled) * 1000)
+        tasks.append(asyncio.create_task(one(i, sent)))
+    if tasks:
+        _, pending = await asyncio.wait(tasks, timeout=max(0.0, stop_at - time.perf_counter()))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    bar.close()
+    for row in rows:
+        if not row:
+            row.update(outcome="not_sent", error="not sent: the replay's deadline came first")
+    return rows
+
+
+def _requests_frame(
+    trace: pd.DataFrame, rows: list[dict], prompt_tokens: np.ndarray, output_tokens: np.ndarray, filler: Filler
+) -> pd.DataFrame:
+    frame = pd.DataFrame(rows).reindex(columns=_RECORD_COLUMNS)
+    frame.insert(0, "trace_row", np.arange(len(trace)))
+    frame.insert(1, "arrival_s", trace["arrival_s"].to_numpy(dtype=float))
+    frame["prompt_tokens_target"] = prompt_tokens
+    frame["output_tokens_target"] = output_tokens
+    frame["prompt_words"] = [filler.words_for(int(n)) for n in prompt_tokens]
+    # a prompt needs the chat template's own tokens plus one word: a shorter target cannot be met
+    frame["prompt_reachable"] = prompt_tokens >= filler.template_tokens + filler.tokens_per_word
+    ok = frame["outcome"].eq("ok")
+    frame["output_exact"] = ok & frame["output_tokens"].eq(frame["output_tokens_target"])
+    frame["prompt_exact"] = ok & frame["prompt_tokens"].eq(frame["prompt_tokens_target"])
+    for column in trace.columns:
+        if column not in frame:
+            frame[column] = trace[column].to_numpy()
+    return frame
+
+
+# a record's columns (see toolkit._sweep.lanes) after the replay's own timing columns
+_RECORD_COLUMNS = [
+    "sent_s",
+    "lateness_ms",
+    "end_s",
+    *_record(_Stream(), 0.0, 0.0, "").keys(),
+]

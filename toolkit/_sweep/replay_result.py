@@ -1,0 +1,128 @@
+"""What a trace replay returns, and its one-row summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ReplayResult"]
+
+_PERCENTILES = (50, 90, 99)
+_FEW_REQUESTS = 100  # below this many successes a p99 is the largest value or close to it
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The outcome of :func:`toolkit.replay_trace`.
+
+    Attributes
+    ----------
+    requests : pandas.DataFrame
+        One row per trace row, in trace order: ``trace_row`` (position in the trace), ``arrival_s``
+        (scheduled send, s from the start), ``sent_s`` (actual send, s), ``lateness_ms`` (sent minus
+        scheduled, ms), ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``itl_ms_p50``, ``itl_ms_max`` (ms, as
+        the sweep defines them), ``prompt_tokens`` and ``output_tokens`` (the server's usage counts),
+        ``prompt_tokens_target`` and ``output_tokens_target`` (the trace's), ``prompt_exact`` and
+        ``output_exact`` (the two agree), ``prompt_words`` (filler words sent), ``prompt_reachable``
+        (the target is at least the chat template's tokens plus one word), ``cached_tokens``,
+        ``outcome`` (``ok``, ``error`` or ``not_sent``), ``error`` (text), ``status_code``,
+        ``end_s`` (s), llama.cpp's ``server_*`` timings and the trace's other columns. A failure is
+        never a zero: its latencies and counts are NaN.
+    summary : pandas.DataFrame
+        One row: ``requests``, ``sent``, ``ok``, ``failed``, ``not_sent``, ``output_exact_share`` (of
+        successful requests), ``prompt_exact_share`` (of successful requests with a reachable
+        target), ``prompt_unreachable`` (targets below the template's floor),
+        ``prompt_tokens_error_mean`` (mean absolute miss where reachable, tokens), ``duration_s`` (first send to last completion), ``offered_rps`` (requests
+        sent per second of the trace's span), ``achieved_rps`` (successes per second of
+        ``duration_s``), ``output_tok_s``, ``ttft_p50_ms`` ... ``e2e_p99_ms`` (50th, 90th, 99th
+        percentiles of successful requests), ``itl_p50_ms`` (median of the per-request medians),
+        ``itl_max_ms``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``lateness_max_ms``,
+        ``late_sends`` (sends later than ``max_lateness_ms``) and ``fell_behind``.
+    params : dict
+        Server, model, how prompts were sized (``prompt_method``: ``tokenize`` when the server's
+        ``/tokenize`` picked one-token words, ``calibrated`` otherwise; ``template_tokens`` and
+        ``tokens_per_word`` of the fitted line) and the arguments.
+    warnings : tuple of str
+        What a reader must know before trusting the numbers (the client fell behind, lengths were
+        not met, failures, percentiles from few requests).
+    """
+
+    requests: pd.DataFrame
+    summary: pd.DataFrame
+    params: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def _percentile(values: pd.Series, q: float) -> float:
+    values = values.dropna()
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def replay_summary(
+    requests: pd.DataFrame, *, max_lateness_ms: float, prompt_method: str
+) -> tuple[pd.DataFrame, list[str]]:
+    """One summary row of a replay's requests, and the warnings that go with it."""
+    ok = requests[requests["outcome"].eq("ok")]
+    reachable = ok[ok["prompt_reachable"]]
+    sent = requests[requests["sent_s"].notna()]
+    n_ok = len(ok)
+    duration_s = float(requests["end_s"].max() - sent["sent_s"].min()) if len(sent) else float("nan")
+    span_s = float(requests["arrival_s"].max() - requests["arrival_s"].min())
+    row: dict[str, Any] = {
+        "requests": len(requests),
+        "sent": len(sent),
+        "ok": n_ok,
+        "failed": int(requests["outcome"].eq("error").sum()),
+        "not_sent": int(requests["outcome"].eq("not_sent").sum()),
+        "output_exact_share": float(ok["output_exact"].mean()) if n_ok else float("nan"),
+        "prompt_exact_share": float(reachable["prompt_exact"].mean()) if len(reachable) else float("nan"),
+        "prompt_unreachable": int((~requests["prompt_reachable"]).sum()),
+        "prompt_tokens_error_mean": float(
+            (reachable["prompt_tokens"] - reachable["prompt_tokens_target"]).abs().mean()
+        ),
+        "duration_s": duration_s,
+        "offered_rps": len(sent) / span_s if span_s > 0 else float("nan"),
+        "achieved_rps": n_ok / duration_s if duration_s > 0 else float("nan"),
+        "output_tok_s": float(ok["output_tokens"].sum()) / duration_s if duration_s > 0 else float("nan"),
+    }
+    for metric in ("ttft", "tpot", "e2e"):
+        for q in _PERCENTILES:
+            row[f"{metric}_p{q}_ms"] = _percentile(ok[f"{metric}_ms"], q)
+    row["itl_p50_ms"] = _percentile(ok["itl_ms_p50"], 50) if "itl_ms_p50" in ok else float("nan")
+    row["itl_max_ms"] = float(ok["itl_ms_max"].max()) if "itl_ms_max" in ok and n_ok else float("nan")
+    lateness = sent["lateness_ms"]
+    row["lateness_p50_ms"] = _percentile(lateness, 50)
+    row["lateness_p99_ms"] = _percentile(lateness, 99)
+    row["lateness_max_ms"] = float(lateness.max()) if len(lateness) else float("nan")
+    row["late_sends"] = int((lateness > max_lateness_ms).sum())
+    row["fell_behind"] = bool(row["lateness_p99_ms"] > max_lateness_ms)
+    return pd.DataFrame([row]), _warnings(row, prompt_method, max_lateness_ms)
+
+
+def _warnings(row: dict[str, Any], prompt_method: str, max_lateness_ms: float) -> list[str]:
+    out = []
+    if row["fell_behind"]:
+        out.append(
+            f"the client fell behind: p99 lateness {row['lateness_p99_ms']:.0f} ms > {max_lateness_ms:g} ms, "
+            "so the server saw a smoother trace than the one given"
+        )
+    if row["failed"] or row["not_sent"]:
+        out.append(f"{row['failed']} requests failed and {row['not_sent']} were not sent (see requests.error)")
+    if row["ok"] and row["output_exact_share"] < 0.95:
+        out.append(
+            f"only {row['output_exact_share']:.0%} of requests got their exact output length: the server "
+            "may ignore ignore_eos/min_tokens, or the context is too short"
+        )
+    if row["prompt_unreachable"]:
+        out.append(
+            f"{row['prompt_unreachable']} requests asked for fewer prompt tokens than the chat template's own "
+            "plus one word; they were sent with one word"
+        )
+    if prompt_method != "tokenize":
+        out.append("the server has no /tokenize: prompt lengths come from a fitted words-to-tokens line")
+    if 0 < row["ok"] < _FEW_REQUESTS:
+        out.append(f"percentiles rest on {row['ok']} requests: a p99 among so few is close to the maximum")
+    return out
