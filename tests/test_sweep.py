@@ -528,6 +528,7 @@ def _lane_records(handler, attempts=1) -> list[dict]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             ctx = LaneContext(
                 client=client,
+                auth=None,
                 chat_url="http://test/v1/chat/completions",
                 body={"model": "m"},
                 timeout_s=5,

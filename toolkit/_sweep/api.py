@@ -32,7 +32,9 @@ clock: its wall-clock figures and server deltas are NaN, with a reason.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -81,6 +83,8 @@ _DOC = """{summary}
         turns scraping off.
     api_key : str or None
         Bearer token; None reads the environment variable ``api_key_env``. Never written anywhere.
+        Sent only to ``base_url``'s origin (scheme, host and port), as is a ``user:password@`` in
+        ``base_url``; redirects are not followed.
     out_dir : str, path or None
         Folder for ``lanes.jsonl`` (appended per attempt), ``runs.csv``, ``levels.csv``, ``run.json``.
     resume : bool
@@ -112,6 +116,9 @@ _DOC = """{summary}
         Environment variable read when ``api_key`` is None.
     progress : bool
         Show a tqdm bar per level.
+    metrics_api_key : str or None
+        Bearer token for a ``metrics_url`` on another origin (the base URL's credentials never go
+        there; a ``user:password@`` in ``metrics_url`` is used first).
 
     Returns
     -------
@@ -159,20 +166,29 @@ async def sweep(
     extra_body: Mapping[str, Any] | None = None,
     api_key_env: str | None = "TOOLKIT_API_KEY",
     progress: bool = True,
+    metrics_api_key: str | None = None,
 ) -> SweepResult:
     args = dict(locals())
     plan = _Plan.from_args(args)
+    # the deadline counts from here: the probe, the scrapes and every backoff fall inside it
+    deadline_at = math.inf if plan.deadline_s is None else time.monotonic() + plan.deadline_s
     async with httpx.AsyncClient(
-        headers=plan.headers,
-        auth=plan.auth,
+        headers={"Accept-Encoding": "identity"},  # nothing to gain from compressing a stream
         timeout=httpx.Timeout(plan.timeout_s),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         trust_env=False,  # a benchmark talks to base_url directly, never through an env proxy
     ) as client:
-        models = await _probe(client, root=plan.root, model=plan.model, timeout_s=plan.timeout_s, secrets=plan.secrets)
+        models = await _probe(
+            client,
+            root=plan.root,
+            model=plan.model,
+            auth=plan.auth,
+            timeout_s=min(plan.timeout_s, deadline_at - time.monotonic()),
+            secrets=plan.secrets,
+        )
         if plan.model is None:
             plan.model = plan.params["model"] = models[0]
-        return await _Runner(plan, client).run()
+        return await _Runner(plan, client, deadline_at).run()
 
 
 def run_sweep(
@@ -204,6 +220,7 @@ def run_sweep(
     extra_body: Mapping[str, Any] | None = None,
     api_key_env: str | None = "TOOLKIT_API_KEY",
     progress: bool = True,
+    metrics_api_key: str | None = None,
 ) -> SweepResult:
     try:
         asyncio.get_running_loop()

@@ -18,11 +18,14 @@ the chat template (a production trace carries no information about shared prefix
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
+
+from toolkit._sweep.bounded import MAX_EXCERPT_BYTES, BodyTooLarge, fetch
 
 __all__: list[str] = []
 
@@ -69,10 +72,18 @@ class Filler:
 
 
 async def build_filler(
-    client: httpx.AsyncClient, root: str, chat_url: str, model: str, timeout_s: float, seed: int
+    client: httpx.AsyncClient,
+    root: str,
+    chat_url: str,
+    model: str,
+    *,
+    auth: httpx.Auth | None,
+    timeout_s: float,
+    seed: int,
 ) -> Filler:
     """Probe ``/tokenize`` and calibrate the words-to-tokens line with two short requests."""
-    single = await _single_token_words(client, root, model, timeout_s)
+    auth = auth or httpx.USE_CLIENT_DEFAULT
+    single = await _single_token_words(client, root, model, auth, timeout_s)
     words = tuple(single) if len(single) >= 32 else tuple(WORDS)
     draft = Filler(words, 0.0, 1.0, "tokenize" if words == tuple(single) else "calibrated")
     counts = []
@@ -83,11 +94,16 @@ async def build_filler(
             "max_tokens": 1,
             "stream": False,
         }
-        response = await client.post(chat_url, json=body, timeout=timeout_s)
-        usage = _usage(response)
+        try:
+            status, raw = await fetch(
+                client, "POST", chat_url, max_bytes=MAX_EXCERPT_BYTES * 16, timeout_s=timeout_s, json=body, auth=auth
+            )
+        except (httpx.HTTPError, TimeoutError, BodyTooLarge) as exc:
+            raise ConnectionError(f"calibrating prompt lengths: {chat_url} failed ({type(exc).__name__})") from None
+        usage = _usage(status, raw)
         if usage is None:
             raise ConnectionError(
-                f"calibrating prompt lengths: {chat_url} answered HTTP {response.status_code} without "
+                f"calibrating prompt lengths: {chat_url} answered HTTP {status} without "
                 "usage.prompt_tokens, so prompt lengths cannot be sized"
             )
         counts.append(usage)
@@ -100,26 +116,36 @@ async def build_filler(
     return Filler(words, p1 - per_word * k1, per_word, draft.method)
 
 
-def _usage(response: httpx.Response) -> int | None:
+def _usage(status: int, raw: bytes) -> int | None:
     try:
-        value = response.json()["usage"]["prompt_tokens"]
-    except (ValueError, KeyError, TypeError):
+        value = json.loads(raw)["usage"]["prompt_tokens"]
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**9
-    return value if response.status_code == 200 and ok else None
+    return value if status == 200 and ok else None
 
 
-async def _single_token_words(client: httpx.AsyncClient, root: str, model: str, timeout_s: float) -> list[str]:
+async def _single_token_words(
+    client: httpx.AsyncClient, root: str, model: str, auth: Any, timeout_s: float
+) -> list[str]:
     """The words of ``WORDS`` that ``/tokenize`` counts as one token after a space; [] without it."""
 
     async def count(text: str) -> int | None:
         body = {"content": text, "prompt": text, "model": model, "add_special": False, "add_special_tokens": False}
         try:
-            response = await client.post(root + "/tokenize", json=body, timeout=timeout_s)
-            payload: Any = response.json()
-        except (httpx.HTTPError, ValueError):
+            status, raw = await fetch(
+                client,
+                "POST",
+                root + "/tokenize",
+                max_bytes=MAX_EXCERPT_BYTES,
+                timeout_s=timeout_s,
+                json=body,
+                auth=auth,
+            )
+            payload: Any = json.loads(raw)
+        except (httpx.HTTPError, TimeoutError, BodyTooLarge, ValueError, RecursionError):
             return None
-        tokens = payload.get("tokens") if isinstance(payload, dict) and response.status_code == 200 else None
+        tokens = payload.get("tokens") if isinstance(payload, dict) and status == 200 else None
         return len(tokens) if isinstance(tokens, list) else None
 
     counts = await asyncio.gather(*(count(" " + word) for word in WORDS))

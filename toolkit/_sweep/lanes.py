@@ -23,8 +23,10 @@ Definitions (one row per attempt, all times from the client's clock, ``time.perf
 
 A lane retries up to ``attempts`` times on an error or a rejection, each attempt recorded. A 429
 answer's ``Retry-After`` (seconds or an HTTP date; 1 s when it names none) is honoured before the next
-attempt, as long as it ends before the sweep's deadline; otherwise the lane stops there. Other errors
-retry at once. The in-flight permit is held for the
+attempt, capped at ``RETRY_AFTER_CAP_S``, as long as it ends before the sweep's deadline; otherwise the
+lane stops there. Other errors retry after an exponential backoff with jitter (``backoff_s``), again
+only if it ends before the deadline. ``timeout_s`` bounds each attempt's whole duration, connection to
+last byte (a server trickling bytes cannot stretch it). The in-flight permit is held for the
 lane's whole life, retries and post-processing included, as a real pipeline would hold it.
 """
 
@@ -35,6 +37,7 @@ import email.utils
 import inspect
 import json
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from toolkit._sweep.bounded import BodyTooLarge, excerpt, lines
 from toolkit._sweep.files import redact
 from toolkit._sweep.records import (
     _BARE_429_WAIT_S,
@@ -82,6 +86,7 @@ class LaneContext:
     """Everything the lanes of one sweep share (set up once by the sweep)."""
 
     client: httpx.AsyncClient
+    auth: httpx.Auth | None  # the base URL's credentials, sent to it alone
     chat_url: str
     body: dict[str, Any]  # model, max_tokens, stream options and extra_body; messages added per lane
     timeout_s: float
@@ -127,7 +132,7 @@ async def run_lane(
         record["final"] = record["outcome"] == "ok" or attempt == ctx.attempts
         wait_s = record["retry_after_s"]
         if not math.isfinite(wait_s):
-            wait_s = _BARE_429_WAIT_S if record["status_code"] == 429 else 0.0
+            wait_s = _BARE_429_WAIT_S if record["status_code"] == 429 else backoff_s(attempt)
         if not record["final"] and time.monotonic() + wait_s >= ctx.deadline:
             record["final"] = True
             record["error"] += "; no retry: the sweep's deadline comes first"
@@ -140,7 +145,9 @@ async def run_lane(
 
 async def _attempt(ctx: LaneContext, messages: list[dict[str, Any]], start: float) -> tuple[dict[str, Any], str]:
     body = {**ctx.body, "messages": messages}
-    return await _exchange(ctx.client, ctx.chat_url, body, timeout_s=ctx.timeout_s, secrets=ctx.secrets, start=start)
+    return await _exchange(
+        ctx.client, ctx.chat_url, body, auth=ctx.auth, timeout_s=ctx.timeout_s, secrets=ctx.secrets, start=start
+    )
 
 
 async def _exchange(
@@ -148,23 +155,26 @@ async def _exchange(
     url: str,
     body: dict[str, Any],
     *,
+    auth: httpx.Auth | None,
     timeout_s: float,
     secrets: tuple[str, ...],
     start: float,
 ) -> tuple[dict[str, Any], str]:
     """POST one streamed chat completion and return its record (see the module notes) and text.
 
-    ``start`` is the ``time.perf_counter()`` the request counts from; any failure becomes the
-    record's ``error`` (credentials in ``secrets`` redacted), never an exception.
+    ``auth`` is the base URL's credentials (sent with this request only); ``timeout_s`` bounds the
+    whole request, connection to last byte; ``start`` is the ``time.perf_counter()`` it counts from.
+    Any failure becomes the record's ``error`` (credentials in ``secrets`` redacted), never an
+    exception, and memory stays bounded (see :mod:`toolkit._sweep.bounded`).
     """
     stream = _Stream()
     error = ""
     try:
         async with asyncio.timeout(timeout_s):
-            await _stream_chat(client, url, body, stream, start)
+            await _stream_chat(client, url, body, auth, stream, start)
     except TimeoutError:
         error = f"timeout: no complete answer within timeout_s={timeout_s:g} s"
-    except _LaneError as exc:
+    except (_LaneError, BodyTooLarge) as exc:
         error = str(exc)
     except httpx.HTTPError as exc:
         where = f" after {stream.chunks} content chunks" if stream.chunks else ""
@@ -176,15 +186,15 @@ async def _exchange(
 
 
 async def _stream_chat(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], stream: _Stream, start: float
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], auth: httpx.Auth | None, stream: _Stream, start: float
 ) -> None:
-    async with client.stream("POST", url, json=body) as response:
+    async with client.stream("POST", url, json=body, auth=auth or httpx.USE_CLIENT_DEFAULT) as response:
         stream.status = response.status_code
         if response.status_code != 200:
             stream.retry_after_s = _retry_after(response.headers.get("retry-after"))
-            excerpt = (await _read_excerpt(response)).strip()
-            raise _LaneError(f"HTTP {response.status_code}: {excerpt}" if excerpt else f"HTTP {response.status_code}")
-        async for line in response.aiter_lines():
+            text = (await excerpt(response, max_bytes=4 * _BODY_EXCERPT))[:_BODY_EXCERPT].strip()
+            raise _LaneError(f"HTTP {response.status_code}: {text}" if text else f"HTTP {response.status_code}")
+        async for line in lines(response):
             if not line.startswith("data:"):
                 continue  # blank separators, comments, event names
             data = line[5:].strip()
@@ -199,15 +209,6 @@ async def _stream_chat(
                 reason = "too deeply nested" if isinstance(exc, RecursionError) else "malformed"
                 raise _LaneError(f"{reason} SSE data line: {data[:_BODY_EXCERPT]!r}") from None
             _take_chunk(chunk, stream, start)
-
-
-async def _read_excerpt(response: httpx.Response) -> str:
-    raw = b""
-    async for block in response.aiter_bytes():
-        raw += block
-        if len(raw) > 4 * _BODY_EXCERPT:
-            break
-    return raw.decode("utf-8", "replace")[:_BODY_EXCERPT]
 
 
 # A server's Retry-After is honoured up to this many seconds (a year, 1e308 or a date in 2100 would
@@ -230,6 +231,19 @@ def _retry_after(value: str | None) -> float:
     if not math.isfinite(seconds):
         return NAN
     return min(max(0.0, seconds), RETRY_AFTER_CAP_S)
+
+
+# Retries after an error other than a 429 wait d/2 + U(0, d/2) with d = BACKOFF_BASE_S * 2**(attempt - 1)
+# capped at BACKOFF_CAP_S ("equal jitter"): a failing server is not hammered, and lanes that failed
+# together do not retry in lock-step.
+BACKOFF_BASE_S = 0.25
+BACKOFF_CAP_S = 8.0
+
+
+def backoff_s(attempt: int) -> float:
+    """Seconds to wait before retrying after failed attempt number ``attempt`` (1-based)."""
+    d = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt - 1, 30))
+    return d / 2 + random.uniform(0, d / 2)
 
 
 async def _postprocess(ctx: LaneContext, lane: Lane, record: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ so it cannot be attributed to one level and is not used.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field, replace
 
@@ -33,7 +34,10 @@ import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 from toolkit._args import check_number
+from toolkit._sweep.blocking import run_blocking
+from toolkit._sweep.bounded import MAX_METRICS_BYTES, BodyTooLarge, fetch
 from toolkit._sweep.files import split_credentials
+from toolkit._sweep.plan import BearerAuth
 
 __all__ = ["scrape_metrics"]
 
@@ -70,7 +74,8 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
     metrics_url : str
         Full URL of the page, e.g. ``http://127.0.0.1:8080/metrics``.
     timeout_s : float
-        Limit for the whole request, in seconds (> 0 and <= 86400).
+        Limit for the whole request, connection to last byte, in seconds (> 0 and <= 86400). The
+        page may be at most 16 MiB after decompression.
     api_key : str or None
         Sent as a bearer token when given; never stored or echoed. A ``user:password@`` in the URL is
         sent as basic auth and kept out of logged URLs.
@@ -88,7 +93,7 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
     ------
     ValueError
         ``metrics_url`` not an http(s) URL, ``timeout_s`` not > 0, or the page not in the Prometheus
-        text format.
+        text format or over 16 MiB.
     httpx.HTTPError
         The page could not be fetched.
     """
@@ -96,13 +101,38 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
         raise ValueError(f"metrics_url must be an http(s) URL, got {metrics_url!r}")
     timeout_s = check_number("timeout_s", timeout_s, low=0, high=86_400, low_inclusive=False)
     url, auth, _ = split_credentials(metrics_url)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    response = httpx.get(url, timeout=timeout_s, headers=headers, auth=auth, trust_env=False)
-    response.raise_for_status()
+    if api_key:
+        auth = BearerAuth(api_key)
+    return run_blocking(lambda: _scrape_frame(url, auth, timeout_s), name="toolkit-scrape")
+
+
+async def _scrape_frame(url: str, auth: httpx.Auth | None, timeout_s: float) -> pd.DataFrame:
+    async with httpx.AsyncClient(headers={"Accept-Encoding": "identity"}, trust_env=False) as client:
+        try:
+            status, body = await fetch(
+                client,
+                "GET",
+                url,
+                max_bytes=MAX_METRICS_BYTES,
+                timeout_s=timeout_s,
+                auth=auth or httpx.USE_CLIENT_DEFAULT,
+            )
+        except TimeoutError:
+            raise httpx.TimeoutException(f"{url} did not answer in full within timeout_s={timeout_s:g} s") from None
+        except BodyTooLarge as exc:
+            raise ValueError(f"{url} is not a usable metrics page: {exc}") from None
+    if status != 200:
+        raise httpx.HTTPStatusError(
+            f"{url} answered HTTP {status}", request=httpx.Request("GET", url), response=httpx.Response(status)
+        )
+    return await asyncio.to_thread(_frame, body.decode("utf-8", "replace"), url)
+
+
+def _frame(text: str, url: str) -> pd.DataFrame:
     try:
         rows = [
             {"name": s.name, "family": fam.name, "type": fam.type, "labels": dict(s.labels), "value": float(s.value)}
-            for fam in text_string_to_metric_families(response.text)
+            for fam in text_string_to_metric_families(text)
             for s in fam.samples
         ]
     except Exception as exc:  # the parser raises several types on malformed input
@@ -165,6 +195,8 @@ def parse_snapshot(text: str) -> Snapshot:
     for role, names in _ENGINES[engine].items():
         present = [n for n in names if n in values]
         if present:  # the current name wins over a deprecated one
+            if not math.isfinite(values[present[0]]) or values[present[0]] < 0:
+                return Snapshot(None, reason=f"/metrics reports {present[0]} = {values[present[0]]}, not a count")
             counters[role] = values[present[0]]
     return Snapshot(engine, counters)
 
@@ -172,14 +204,29 @@ def parse_snapshot(text: str) -> Snapshot:
 async def scrape_snapshot(
     client: httpx.AsyncClient, metrics_url: str, timeout_s: float, auth: httpx.Auth | None = None
 ) -> Snapshot:
-    """Scrape ``metrics_url`` with ``client``; a failure becomes a Snapshot carrying the reason."""
+    """Scrape ``metrics_url`` with ``client``; a failure becomes a Snapshot carrying the reason.
+
+    ``timeout_s`` bounds the whole scrape, the page is capped at ``MAX_METRICS_BYTES`` and parsed in
+    a worker thread, so a slow or huge page never stalls the lanes streaming on the event loop.
+    """
     try:
-        response = await client.get(metrics_url, timeout=timeout_s, auth=auth or httpx.USE_CLIENT_DEFAULT)
+        status, body = await fetch(
+            client,
+            "GET",
+            metrics_url,
+            max_bytes=MAX_METRICS_BYTES,
+            timeout_s=timeout_s,
+            auth=auth or httpx.USE_CLIENT_DEFAULT,
+        )
+    except TimeoutError:
+        return Snapshot(None, reason=f"/metrics did not answer in full within {timeout_s:g} s")
+    except BodyTooLarge as exc:
+        return Snapshot(None, reason=f"/metrics could not be read ({exc})")
     except httpx.HTTPError as exc:
         return Snapshot(None, reason=f"/metrics could not be read ({type(exc).__name__})")
-    if response.status_code != 200:
-        return Snapshot(None, reason=f"/metrics answered HTTP {response.status_code}")
-    return parse_snapshot(response.text)
+    if status != 200:
+        return Snapshot(None, reason=f"/metrics answered HTTP {status}")
+    return await asyncio.to_thread(parse_snapshot, body.decode("utf-8", "replace"))
 
 
 def delta(before: Snapshot, after: Snapshot) -> Delta:

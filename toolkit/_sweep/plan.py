@@ -79,9 +79,8 @@ class _Plan:
     out_dir: Path | None
     resume: bool
     progress: bool
-    headers: dict[str, str]
-    auth: httpx.BasicAuth | None  # from user:password@ in base_url
-    metrics_auth: httpx.BasicAuth | None
+    auth: httpx.Auth | None  # the API key, else user:password@ of base_url; sent to base_url's origin only
+    metrics_auth: httpx.Auth | None
     secrets: tuple[str, ...]
     params: dict[str, Any]
 
@@ -116,8 +115,10 @@ class _Plan:
         out_dir = None if a["out_dir"] is None else Path(a["out_dir"])
         if a["resume"] and out_dir is None:
             raise ValueError("resume=True needs out_dir (the folder of the sweep to continue)")
-        metrics_url, metrics_auth, more = _metrics_target(a["metrics_url"], root, auth)
-        url_secrets += more
+        chat_auth = BearerAuth(api_key) if api_key else auth  # the bearer token wins over URL credentials
+        metrics_key = _api_key(a["metrics_api_key"], None, name="metrics_api_key")
+        metrics_url, metrics_auth, more = _metrics_target(a["metrics_url"], root, chat_auth, metrics_key)
+        url_secrets += more + ((metrics_key,) if metrics_key else ())
         plan = cls(
             root=root,
             chat_url=root + "/v1/chat/completions",
@@ -144,9 +145,8 @@ class _Plan:
             out_dir=out_dir,
             resume=a["resume"],
             progress=a["progress"],
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-            auth=None if api_key else auth,  # the bearer token wins over URL credentials
-            metrics_auth=None if api_key else metrics_auth,
+            auth=chat_auth,
+            metrics_auth=metrics_auth,
             secrets=((api_key,) if api_key else ()) + url_secrets,
             params={},
         )
@@ -212,30 +212,60 @@ def _level_keys(a: dict[str, Any], n: int) -> tuple[int | None, int, list[int], 
     return max_in_flight, repeats, [], rates, [(max_in_flight or n, rate) for rate in rates]
 
 
-def _api_key(api_key: Any, api_key_env: str | None) -> str | None:
+def _api_key(api_key: Any, api_key_env: str | None, name: str = "api_key") -> str | None:
     """The key given, else the one in ``api_key_env``; checked, and never echoed in an error."""
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env) or None
     if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-        raise ValueError("api_key must be a non-empty string or None")
+        raise ValueError(f"{name} must be a non-empty string or None")
     if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
         # an HTTP header carries printable ASCII only
         raise ValueError(
-            "api_key must be printable ASCII (no control characters or non-ASCII letters); its value is not shown"
+            f"{name} must be printable ASCII (no control characters or non-ASCII letters); its value is not shown"
         )
     return api_key
 
 
-def _metrics_target(metrics_url: Any, root: str, auth: Any) -> tuple[str | None, Any, tuple[str, ...]]:
-    """(the /metrics URL or None, its basic auth, secrets found in it): the server's own by default."""
-    if metrics_url is None or metrics_url is True:
-        return root + "/metrics", auth, ()
+class BearerAuth(httpx.Auth):
+    """``Authorization: Bearer <token>`` on the requests it is passed to, and nowhere else."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def auth_flow(self, request: httpx.Request):  # noqa: ANN201 - httpx's generator protocol
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        yield request
+
+    def __repr__(self) -> str:
+        return "BearerAuth(***)"
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port (the port defaulting by scheme)."""
+    x, y = httpx.URL(a), httpx.URL(b)
+    default = {"http": 80, "https": 443}
+    return (x.scheme, x.host, x.port or default.get(x.scheme)) == (y.scheme, y.host, y.port or default.get(y.scheme))
+
+
+def _metrics_target(
+    metrics_url: Any, root: str, chat_auth: httpx.Auth | None, metrics_key: str | None
+) -> tuple[str | None, httpx.Auth | None, tuple[str, ...]]:
+    """(the /metrics URL or None, its credentials, secrets found in it): the server's own by default.
+
+    Credentials go only to the origin they came with: the page gets its own ``user:password@``, else
+    ``metrics_api_key``, else the base URL's credentials when it is on the base URL's origin.
+    """
     if metrics_url is False:
         return None, None, ()
+    if metrics_url is None or metrics_url is True:
+        metrics_url = root + "/metrics"
     _check_url("metrics_url", metrics_url, also="None or False")
-    if metrics_url == root + "/metrics":
-        return metrics_url, auth, ()
-    return split_credentials(metrics_url)
+    clean, own, secrets = split_credentials(metrics_url)
+    if own is not None:
+        return clean, own, secrets
+    if metrics_key:
+        return clean, BearerAuth(metrics_key), secrets
+    return clean, chat_auth if same_origin(clean, root) else None, secrets
 
 
 def _messages(prompts: Any, system_prompt: str | None) -> list[list[dict[str, Any]]]:

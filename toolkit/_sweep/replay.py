@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -29,10 +28,11 @@ from tqdm.auto import tqdm
 
 from toolkit._args import check_int, check_number
 from toolkit._queueing.workload import _trace_columns
+from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.files import split_credentials
 from toolkit._sweep.filler import Filler, build_filler
 from toolkit._sweep.lanes import _exchange
-from toolkit._sweep.plan import _api_key, _check_url
+from toolkit._sweep.plan import BearerAuth, _api_key, _check_url
 from toolkit._sweep.probe import _probe
 from toolkit._sweep.records import _record, _Stream
 from toolkit._sweep.replay_result import ReplayResult, replay_summary
@@ -122,24 +122,7 @@ def replay_trace(
 
 
 def _run(args: dict[str, Any]) -> ReplayResult:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_replay(**args))
-    box: dict[str, Any] = {}
-
-    def target() -> None:  # a notebook's loop is running: replay on a fresh loop in a thread
-        try:
-            box["result"] = asyncio.run(_replay(**args))
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, name="toolkit-replay")
-    worker.start()
-    worker.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    return run_blocking(lambda: _replay(**args), name="toolkit-replay")
 
 
 def _check(a: dict[str, Any]) -> dict[str, Any]:
@@ -185,19 +168,19 @@ async def _replay(
     root = url.rstrip("/").removesuffix("/v1").rstrip("/")
     if api_key:
         secrets += (api_key,)
+    auth = BearerAuth(api_key) if api_key else auth  # sent with base_url's requests only
     async with httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-        auth=None if api_key else auth,
+        headers={"Accept-Encoding": "identity"},
         timeout=httpx.Timeout(timeout_s),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         trust_env=False,
     ) as client:
-        models = await _probe(client, root=root, model=model, timeout_s=timeout_s, secrets=secrets)
+        models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
         model = model or models[0]
         chat_url = root + "/v1/chat/completions"
-        filler = await build_filler(client, root, chat_url, model, timeout_s, seed)
+        filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
         bodies = _bodies(filler, model, prompt_tokens, output_tokens, exact_output, extra_body, seed)
-        rows = await _send_all(client, chat_url, bodies, arrival_s, timeout_s, deadline_s, secrets, progress)
+        rows = await _send_all(client, chat_url, auth, bodies, arrival_s, timeout_s, deadline_s, secrets, progress)
     requests = _requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
     params = {
         "base_url": root,
@@ -243,6 +226,7 @@ def _bodies(
 async def _send_all(
     client: httpx.AsyncClient,
     chat_url: str,
+    auth: httpx.Auth | None,
     bodies: list[dict[str, Any]],
     arrival_s: np.ndarray,
     timeout_s: float,
@@ -258,7 +242,9 @@ async def _send_all(
 
     async def one(i: int, sent: float) -> None:
         try:
-            record, _ = await _exchange(client, chat_url, bodies[i], timeout_s=timeout_s, secrets=secrets, start=sent)
+            record, _ = await _exchange(
+                client, chat_url, bodies[i], auth=auth, timeout_s=timeout_s, secrets=secrets, start=sent
+            )
         except asyncio.CancelledError:
             record = _record(_Stream(), sent, time.perf_counter(), "cancelled: the replay's deadline was reached")
         rows[i].update(record, end_s=time.perf_counter() - t0)

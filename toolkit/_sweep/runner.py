@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
-import json
 import math
 import time
 import uuid
@@ -16,22 +14,13 @@ import httpx
 import pandas as pd
 from tqdm.auto import tqdm
 
-from toolkit import __version__
 from toolkit._queueing.arrivals import arrival_offsets_s
-from toolkit._sweep.files import (
-    LEVELS_FILE,
-    RUN_FILE,
-    RUNS_FILE,
-    LaneLog,
-    read_frame,
-    read_json,
-    write_frame,
-    write_json,
-)
+from toolkit._sweep.files import LaneLog
 from toolkit._sweep.lanes import LaneContext, run_lane
 from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, add_relative, aggregate, summarize
 from toolkit._sweep.metrics import Delta, Snapshot, delta, scrape_snapshot
-from toolkit._sweep.plan import _FINGERPRINT, _Level, _Plan, _same_rate
+from toolkit._sweep.outdir import OutDir
+from toolkit._sweep.plan import _Level, _Plan, _same_rate
 from toolkit._sweep.records import LANE_COLUMNS
 from toolkit._sweep.result import SweepResult
 
@@ -47,7 +36,7 @@ _METRICS_TIMEOUT_S = 10.0
 class _Runner:
     """Runs the levels of one sweep, writing records and rows as they finish."""
 
-    def __init__(self, plan: _Plan, client: httpx.AsyncClient) -> None:
+    def __init__(self, plan: _Plan, client: httpx.AsyncClient, deadline_at: float = math.inf) -> None:
         self.plan = plan
         self.client = client
         self.session = uuid.uuid4().hex[:12]
@@ -55,12 +44,12 @@ class _Runner:
         self.records: list[dict[str, Any]] = []
         self.runs: list[dict[str, Any]] = []
         self.stopped = ""
-        self.started = _now()
         self.nonce = uuid.uuid4().hex[:8]
-        self.sessions = [self.session]
-        self.loop_deadline = math.inf if plan.deadline_s is None else time.monotonic() + plan.deadline_s
+        self.out = OutDir(plan.out_dir, plan.params, plan.secrets, self.session)
+        self.loop_deadline = deadline_at
         self.ctx = LaneContext(
             client=client,
+            auth=plan.auth,
             chat_url=plan.chat_url,
             body={
                 "model": plan.model,
@@ -85,19 +74,27 @@ class _Runner:
         self.log.append(record)
 
     async def run(self) -> SweepResult:
-        self._open_out_dir()
+        self.out.open(resume=self.plan.resume, nonce=self.nonce)
+        self.nonce = self.out.nonce
+        self.records = [_from_json(r) for r in self.out.records if not r.get("cancelled")]
+        self.previous_runs = self.out.previous_runs
         try:
             for level in self.plan.levels:
                 if time.monotonic() >= self.loop_deadline:
                     self.stopped = self.stopped or self._deadline_text()
                     break
                 await self._run_level(level)
+                result = self._result()
+                self.out.write_tables(result.runs, result.levels, "running")
         except asyncio.CancelledError:
             self.stopped = "interrupted"
             raise
         finally:
             result = self._result()
-            self._write(result)
+            self.out.write_tables(
+                result.runs, result.levels, f"stopped: {self.stopped}" if self.stopped else "complete"
+            )
+            self.out.close()
         if self.stopped:
             warnings.warn(f"sweep stopped early: {self.stopped}", RuntimeWarning, stacklevel=3)
         return result
@@ -224,7 +221,10 @@ class _Runner:
     async def _scrape(self) -> Snapshot | None:
         if self.plan.metrics_url is None:
             return None
-        return await scrape_snapshot(self.client, self.plan.metrics_url, _METRICS_TIMEOUT_S, self.plan.metrics_auth)
+        limit_s = min(_METRICS_TIMEOUT_S, self.loop_deadline - time.monotonic())
+        if limit_s <= 0:
+            return Snapshot(None, reason="no time left before the sweep's deadline to read /metrics")
+        return await scrape_snapshot(self.client, self.plan.metrics_url, limit_s, self.plan.metrics_auth)
 
     def _tagged(self, i: int, level: _Level) -> list[dict[str, Any]]:
         messages = self.plan.messages[i]
@@ -238,30 +238,6 @@ class _Runner:
 
     def _deadline_text(self) -> str:
         return f"the sweep's total deadline (deadline_s={self.plan.deadline_s}) was reached"
-
-    # -- files -------------------------------------------------------------------------------------
-    def _open_out_dir(self) -> None:
-        out = self.plan.out_dir
-        if out is None:
-            return
-        out.mkdir(parents=True, exist_ok=True)
-        previous = read_json(out / RUN_FILE)
-        existing = self.log.read()
-        if not self.plan.resume:
-            if previous is not None or existing:
-                raise ValueError(f"out_dir {str(out)!r} already holds a sweep; pass resume=True or use another folder")
-            return
-        if previous is not None:
-            changed = [k for k in _FINGERPRINT if previous.get("params", {}).get(k) != _jsonish(self.plan.params[k])]
-            if changed:
-                raise ValueError(
-                    f"resume=True but out_dir {str(out)!r} holds a sweep with different {', '.join(changed)}"
-                )
-            self.nonce = previous.get("nonce", self.nonce)
-            self.sessions = [*previous.get("sessions", []), self.session]
-            self.started = previous.get("started_utc", self.started)
-        self.records = [_from_json(r) for r in existing if not r.get("cancelled")]
-        self.previous_runs = read_frame(out / RUNS_FILE)
 
     def _result(self) -> SweepResult:
         lanes = pd.DataFrame(self.records, columns=LANE_COLUMNS)
@@ -277,25 +253,6 @@ class _Runner:
         )
         return SweepResult(lanes=lanes, levels=levels, runs=runs, params=dict(self.plan.params), stopped=self.stopped)
 
-    def _write(self, result: SweepResult) -> None:
-        out = self.plan.out_dir
-        if out is None:
-            return
-        secrets = self.plan.secrets
-        write_frame(result.runs, out / RUNS_FILE, secrets)
-        write_frame(result.levels, out / LEVELS_FILE, secrets)
-        status = "complete" if not self.stopped else f"stopped: {self.stopped}"
-        run = {
-            "toolkit_version": __version__,
-            "status": status,
-            "nonce": self.nonce,
-            "sessions": self.sessions,
-            "started_utc": self.started,
-            "updated_utc": _now(),
-            "params": result.params,
-        }
-        write_json(run, out / RUN_FILE, secrets)
-
 
 def _matches(record: dict[str, Any], level: _Level) -> bool:
     return (
@@ -308,11 +265,3 @@ def _matches(record: dict[str, Any], level: _Level) -> bool:
 def _from_json(record: dict[str, Any]) -> dict[str, Any]:
     # JSON wrote unknown numbers as null; the frame wants NaN
     return {k: (NAN if v is None and k != "error" else v) for k, v in record.items()}
-
-
-def _jsonish(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
