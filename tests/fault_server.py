@@ -27,12 +27,16 @@ Faults: ``500`` (JSON error body ``error_message``), ``429`` (``Retry-After: ret
 ``reset`` (a TCP reset after the first content chunk), ``stall`` (nothing at all is sent),
 ``stall_mid`` (silence after the first content chunk), ``malformed`` (a truncated JSON ``data:`` line
 among the chunks), ``no_usage`` (the usage chunk is left out) and ``empty`` (no content, zero
-completion tokens).
+completion tokens). Hostile transports: ``trickle`` (after the role chunk, one byte every
+``trickle_s`` until the server stops), ``huge_line`` (``huge_bytes`` bytes of ``data:`` without a
+newline, streamed), ``gzip_bomb`` (``Content-Encoding: gzip`` over ``huge_bytes`` of zeros compressed
+about a thousandfold) and ``redirect`` (307 to ``redirect_to``).
 
 ``/metrics`` (``metrics_mode``): ``ok`` exposes ``llamacpp:prompt_tokens_total`` (prompt tokens
 evaluated, the cached ones excluded, as llama-server counts them) and
 ``llamacpp:prompt_tokens_cached_total``; ``absent`` answers 404; ``malformed`` answers text that is not
-the Prometheus exposition format. ``reset_metrics_at_request=N`` zeroes both counters when the N-th chat
+the Prometheus exposition format; ``nan`` exposes NaN counters; ``trickle`` sends one byte every
+``trickle_s``; ``huge`` sends ``huge_bytes`` of comment lines. ``reset_metrics_at_request=N`` zeroes both counters when the N-th chat
 request arrives, as a server restart would.
 """
 
@@ -49,7 +53,21 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("500", "429", "reset", "stall", "stall_mid", "malformed", "no_usage", "empty", "hostile_usage")
+FAULTS = (
+    "500",
+    "429",
+    "reset",
+    "stall",
+    "stall_mid",
+    "malformed",
+    "no_usage",
+    "empty",
+    "hostile_usage",
+    "trickle",
+    "huge_line",
+    "gzip_bomb",
+    "redirect",
+)
 _MARKER = re.compile(r"\[\[fault:([a-z0-9_]+)(?:\*(\d+))?\]\]")
 _TOKENS = re.compile(r"\[\[tokens:(\d+)\]\]")
 
@@ -98,6 +116,9 @@ class FaultServer:
         schedule: list[str | None] | None = None,
         lifetime_s: float = 180.0,
         usage_text: str | None = None,
+        trickle_s: float = 1.0,
+        huge_bytes: int = 64 << 20,
+        redirect_to: str = "",
     ) -> None:
         self.tokens = tokens
         self.token_delay_s = token_delay_s
@@ -111,6 +132,9 @@ class FaultServer:
         self.schedule = list(schedule or [])
         self.lifetime_s = lifetime_s
         self.usage_text = usage_text
+        self.trickle_s = trickle_s
+        self.huge_bytes = huge_bytes
+        self.redirect_to = redirect_to
         self.requests: list[dict[str, Any]] = []  # one record per chat request
         self.other_requests: list[dict[str, Any]] = []  # probes, /models, /metrics ...
         self.prompt_tokens_total = 0
@@ -293,6 +317,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, b"not found\n", "text/plain")
             elif srv.metrics_mode == "malformed":
                 self._send(200, b"llamacpp:prompt_tokens_total {{{ not a number\n\x00garbage\n", "text/plain")
+            elif srv.metrics_mode == "nan":
+                self._send(
+                    200, b"llamacpp:prompt_tokens_total NaN\nllamacpp:tokens_predicted_total NaN\n", "text/plain"
+                )
+            elif srv.metrics_mode in ("trickle", "huge"):
+                self._chunked_head(200, "text/plain")
+                if srv.metrics_mode == "trickle":
+                    while not srv.wait(srv.trickle_s):
+                        self._raw(b"#")
+                else:
+                    line = b"# " + b"x" * 1021 + b"\n"
+                    for _ in range(srv.huge_bytes // len(line)):
+                        self._raw(line * 64)
+                self.wfile.write(b"0\r\n\r\n")
             else:
                 self._send(200, srv.metrics_text().encode(), "text/plain; version=0.0.4")
         elif path.endswith("/models"):
@@ -327,6 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if fault in ("500", "429"):
                 self._error(rec)
+            elif fault in ("trickle", "huge_line", "gzip_bomb", "redirect"):
+                self._hostile(rec)
             elif fault == "stall":
                 srv.wait(srv.stall_s)
                 self.close_connection = True
@@ -416,6 +456,39 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         rec["finished"] = True
 
+    def _hostile(self, rec: dict[str, Any]) -> None:
+        srv = self.fault_server
+        fault = rec["fault"]
+        if fault == "redirect":
+            self.send_response(307)
+            self.send_header("Location", srv.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._chunked_head(200, "text/event-stream", gzip=fault == "gzip_bomb")
+        if fault == "trickle":
+            self._raw(b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n')
+            while not srv.wait(srv.trickle_s):
+                self._raw(b" ")
+        elif fault == "huge_line":
+            self._raw(b"data: ")
+            block = b"x" * (1 << 20)
+            for _ in range(srv.huge_bytes >> 20):
+                self._raw(block)
+        else:
+            for block in _gzip_zeros(srv.huge_bytes):
+                self._raw(block)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunked_head(self, status: int, content_type: str, gzip: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        if gzip:
+            self.send_header("Content-Encoding", "gzip")
+        self.end_headers()
+
     # -- wire helpers --------------------------------------------------------------------------
     def _event(self, obj: dict[str, Any]) -> None:
         self._raw(b"data: " + json.dumps(obj).encode() + b"\n\n")
@@ -443,6 +516,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+
+_GZIP_CACHE: dict[int, list[bytes]] = {}
+
+
+def _gzip_zeros(size: int) -> list[bytes]:
+    """``size`` zero bytes gzip-compressed (about 1,000:1), in blocks; computed once per size."""
+    if size not in _GZIP_CACHE:
+        import zlib
+
+        comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        zeros = bytes(1 << 20)
+        blocks = [comp.compress(zeros) for _ in range(size >> 20)] + [comp.flush()]
+        _GZIP_CACHE[size] = [b for b in blocks if b]
+    return _GZIP_CACHE[size]
 
 
 def _usage(rec: dict[str, Any]) -> dict[str, Any]:

@@ -3,16 +3,21 @@ recorded error naming the field, and never turn into a confident zero, a negativ
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import json
 import math
 import time
 import warnings
 
+import httpx
 import pytest
 from fault_server import FaultServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolkit
-from toolkit._sweep.lanes import RETRY_AFTER_CAP_S, _retry_after
+from toolkit._sweep.lanes import RETRY_AFTER_CAP_S, LaneContext, _retry_after, run_lane
 
 TOKENS = 4
 PROMPTS = [f"alpha beta gamma delta lane{i}" for i in range(3)]
@@ -139,3 +144,126 @@ def test_wrong_types_and_ranges_are_value_errors_naming_the_argument(kwargs, fie
 def test_a_string_is_not_a_list_of_tensor_parallel_degrees():
     with pytest.raises(ValueError, match="tensor_parallel"):
         toolkit.plan(request_rate=1, prompt_tokens=5, output_tokens=5, tensor_parallel="12", models="Llama-3.1-8B")
+
+
+# --- any JSON value in any field ---------------------------------------------------------------
+
+_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([10**500, -(10**500), 2**64, -1])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
+JSON_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+FIELDS = (
+    "choices",
+    "choice",
+    "delta",
+    "content",
+    "reasoning_content",
+    "finish_reason",
+    "usage",
+    "completion_tokens",
+    "prompt_tokens",
+    "prompt_tokens_details",
+    "cached_tokens",
+    "timings",
+    "predicted_per_token_ms",
+    "prompt_n",
+    "error",
+)
+
+
+def _hostile_stream(values: dict) -> bytes:
+    """A stream whose fields take ``values`` where given, a normal answer's elsewhere."""
+
+    def v(name, normal):
+        return values.get(name, normal)
+
+    delta = v("delta", {"content": v("content", "tok "), "reasoning_content": v("reasoning_content", None)})
+    choice = v("choice", {"index": 0, "delta": delta, "finish_reason": v("finish_reason", "stop")})
+    details = v("prompt_tokens_details", {"cached_tokens": v("cached_tokens", 0)})
+    usage = v(
+        "usage",
+        {
+            "completion_tokens": v("completion_tokens", 1),
+            "prompt_tokens": v("prompt_tokens", 3),
+            "prompt_tokens_details": details,
+        },
+    )
+    timings = v("timings", {"predicted_per_token_ms": v("predicted_per_token_ms", 5.0), "prompt_n": v("prompt_n", 3)})
+    chunks = [{"choices": v("choices", [choice])}, {"choices": [], "usage": usage, "timings": timings}]
+    if "error" in values:
+        chunks[0]["error"] = values["error"]
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(values=st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=4))
+def test_any_json_in_any_field_fails_at_most_its_own_lane(values):
+    body = _hostile_stream(values)
+    records: list[dict] = []
+
+    async def main():
+        transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+        async with httpx.AsyncClient(transport=transport) as client:
+            ctx = LaneContext(
+                client=client,
+                auth=None,
+                chat_url="http://test/v1/chat/completions",
+                body={"model": "m"},
+                timeout_s=5,
+                attempts=2,
+                postprocess=None,
+                slots=asyncio.Semaphore(1),
+                secrets=(),
+                on_record=records.append,
+            )
+            for lane in range(2):
+                await run_lane(
+                    ctx,
+                    index=lane,
+                    prompt="p",
+                    messages=[{"role": "user", "content": "p"}],
+                    keys={"in_flight": 1, "repeat": 1, "rate_rps": math.nan, "session": "s"},
+                    first_attempt=1,
+                    level_t0=time.perf_counter(),
+                )
+
+    asyncio.run(main())  # never raises
+    for lane in range(2):
+        mine = [r for r in records if r["lane"] == lane]
+        assert [r["final"] for r in mine].count(True) == 1 and mine[-1]["final"]
+        for r in mine:
+            assert r["outcome"] in ("ok", "error")
+            for column in ("output_tokens", "prompt_tokens", "cached_tokens", "ttft_ms", "tpot_ms", "e2e_ms"):
+                value = r[column]
+                assert isinstance(value, float) and (math.isnan(value) or 0 <= value < math.inf), (column, value)
+            if r["outcome"] == "ok":
+                assert math.isfinite(r["output_tokens"])
+                assert not (r["cached_tokens"] > r["prompt_tokens"])
+            else:
+                assert r["error"] and math.isnan(r["output_tokens"])
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(usage=JSON_VALUES)
+def test_a_sweep_completes_whatever_one_lane_sends_as_usage(usage):
+    try:
+        text = json.dumps({"choices": [], "usage": usage})
+    except ValueError:  # an integer past Python's digit limit cannot even be written
+        return
+    prompts = [f"lane {i}" for i in range(3)]
+    prompts[1] += " [[fault:hostile_usage]]"
+    with FaultServer(tokens=2, token_delay_s=0, usage_text=text) as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = toolkit.run_sweep(server.base_url, "fault-model", prompts, limits=(3,), progress=False, tag_levels=False)
+    assert len(res.lanes) == 3 and res.lanes["final"].all()
+    assert res.lanes.set_index("lane").loc[[0, 2], "outcome"].eq("ok").all()
+    assert res.levels.loc[0, "lanes_unfinished"] == 0

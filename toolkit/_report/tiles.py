@@ -22,20 +22,28 @@ def stat_tiles(levels: pd.DataFrame) -> str:
     -------
     str
         A ``<div class="tiles">`` of three tiles: wall clock at the top limit against the first,
-        decode tokens/s gain from the first to the top limit, prefix-cache hit range (or n/a).
+        decode tokens/s gain from the first to the top limit, prefix-cache hit range (or n/a). A
+        figure that cannot be known reads "n/a" with the reason; when no lane succeeded at all
+        (``lanes_ok`` all 0) a single tile says so instead.
     """
     df = levels.sort_values("in_flight")
     first, last = df.iloc[0], df.iloc[-1]
+    if "lanes_ok" in df and not (df["lanes_ok"].fillna(0) > 0).any():
+        total = int(df["lanes"].sum()) if "lanes" in df else "all"
+        return _cards([("no lane succeeded", f"{total} lanes failed at every level: see the lanes' errors")])
     lanes = f"for {int(last['lanes'])} lanes " if "lanes" in df else ""
+    gain = last["dec_tok_s"] / first["dec_tok_s"] if first["dec_tok_s"] > 0 else float("nan")
     tiles = [
         (
-            f"{last['wall_s']:.0f} s",
-            f"{lanes}at {int(last['in_flight'])} in flight, against {first['wall_s']:.0f} s at"
+            _seconds(last["wall_s"]),
+            f"{lanes}at {int(last['in_flight'])} in flight, against {_seconds(first['wall_s'])} at"
             f" {int(first['in_flight'])}",
         ),
         (
-            f"{last['dec_tok_s'] / first['dec_tok_s']:.1f}x",
-            f"decode throughput ({first['dec_tok_s']:,.0f} to {last['dec_tok_s']:,.0f} tokens/s)",
+            f"{gain:.1f}x" if gain == gain else "n/a",
+            f"decode throughput ({first['dec_tok_s']:,.0f} to {last['dec_tok_s']:,.0f} tokens/s)"
+            if gain == gain
+            else "decode throughput gain: no successful lane at the first or the top limit",
         ),
     ]
     hits = df["prefix_hit_rate"].dropna() if "prefix_hit_rate" in df else pd.Series(dtype=float)
@@ -44,6 +52,16 @@ def stat_tiles(levels: pd.DataFrame) -> str:
         tiles.append((f"{lo}%" if lo == hi else f"{lo}-{hi}%", "prefix cache hits (server /metrics)"))
     else:
         tiles.append(("n/a", "prefix cache hits: the server exposed no counter"))
+    return _cards(tiles)
+
+
+def _seconds(value: float) -> str:
+    if value != value:
+        return "n/a"
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _cards(tiles: list[tuple[str, str]]) -> str:
     cards = "".join(
         f'<div class="tile"><div class="value">{html.escape(value)}</div>'
         f'<div class="label">{html.escape(label)}</div></div>'

@@ -74,6 +74,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-tag", action="store_true", help="do not tag prompts per level")
     p.add_argument("--extra-body", type=json.loads, help="extra JSON request fields, e.g. '{\"temperature\": 0}'")
     p.add_argument("--api-key-env", default="TOOLKIT_API_KEY", help="environment variable holding the API key")
+    p.add_argument(
+        "--metrics-api-key-env", help="environment variable holding a key for a --metrics-url on another origin"
+    )
     p.add_argument("--out", type=Path, help="folder for lanes.jsonl, runs.csv, levels.csv, run.json")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -115,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
         extra_body=args.extra_body,
         api_key_env=args.api_key_env,
         progress=not args.quiet,
+        metrics_api_key=os.environ.get(args.metrics_api_key_env) or None if args.metrics_api_key_env else None,
     )
     if args.local:
         with LlamaServer(parallel=max(args.limits)) as server:
