@@ -56,6 +56,15 @@ def test_vllm_sums_label_sets_and_divides_hits_by_queries():
     assert d.prefix_reason == "" and d.output_reason == ""
 
 
+def test_more_hits_than_queries_is_no_rate():
+    # a hostile or broken server: 200 hits over 100 queries would read as a 200% hit rate
+    before = parse_snapshot(VLLM.format(q0=0, q1=0, h0=0, h1=0, g=0))
+    after = parse_snapshot(VLLM.format(q0=50, q1=50, h0=150, h1=50, g=10))
+    d = delta(before, after)
+    assert math.isnan(d.prefix_hit_rate) and "more cache hits than tokens looked up" in d.prefix_reason
+    assert d.output_tokens == 10
+
+
 def test_vllm_deprecated_names_are_read_and_a_missing_token_counter_is_explained():
     d = delta(parse_snapshot(VLLM_DEPRECATED.format(q=0, h=0)), parse_snapshot(VLLM_DEPRECATED.format(q=80, h=60)))
     assert d.prefix_hit_rate == pytest.approx(0.75)

@@ -264,6 +264,8 @@ def _hit_rate(engine: str, diff: dict[str, float]) -> tuple[float, str, float]:
         return math.nan, f"{engine} exposes no prompt-token counter to divide by", looked_up
     if looked_up <= 0:
         return math.nan, "no prompt tokens reached the server during the level", looked_up
+    if diff["hits"] > looked_up:
+        return math.nan, f"{engine} counted more cache hits than tokens looked up (not a rate)", looked_up
     return diff["hits"] / looked_up, "", looked_up
 
 
