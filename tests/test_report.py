@@ -41,7 +41,7 @@ def test_tiles_reproduce_the_reference_headline_figures():
     # the symbiont site shows: 41 s for 32 candidates vs 407 s one at a time; 9.1x decode
     # throughput (656 / 72); 74-76% prefix cache
     tiles = toolkit.stat_tiles(load_csv("reference_vllm_sweep_32_lanes.csv"))
-    values = re.findall(r'class="value">([^<]*)<', tiles)
+    values = re.findall(r'class="value"[^>]*>([^<]*)<', tiles)
     assert values == ["41 s", "9.1x", "74-76%"]
     assert "for 32 lanes at 32 in flight, against 407 s at 1" in tiles
 
@@ -49,7 +49,7 @@ def test_tiles_reproduce_the_reference_headline_figures():
 def test_tiles_say_when_no_prefix_counter_was_exposed():
     levels = pd.DataFrame({"in_flight": [1, 2], "lanes": 2, "wall_s": [4.0, 2.0], "dec_tok_s": [10.0, 20.0]})
     tiles = toolkit.stat_tiles(levels.assign(prefix_hit_rate=float("nan")))
-    assert re.findall(r'class="value">([^<]*)<', tiles) == ["2.0 s", "2.0x", "n/a"]
+    assert re.findall(r'class="value"[^>]*>([^<]*)<', tiles) == ["2.0 s", "2.0x", "n/a"]
 
 
 def test_tiles_of_a_sweep_where_every_lane_failed_say_so():
@@ -57,7 +57,7 @@ def test_tiles_of_a_sweep_where_every_lane_failed_say_so():
         {"in_flight": [1, 2], "lanes": 4, "lanes_ok": [0, 0], "wall_s": [0.02, 0.01], "dec_tok_s": [0.0, float("nan")]}
     )
     tiles = toolkit.stat_tiles(levels)
-    assert re.findall(r'class="value">([^<]*)<', tiles) == ["no lane succeeded"]
+    assert re.findall(r'class="value"[^>]*>([^<]*)<', tiles) == ["no lane succeeded"]
     assert "8 lanes failed" in tiles and "nan" not in tiles.lower().replace("n/a", "")
 
 
@@ -65,7 +65,7 @@ def test_tiles_without_a_successful_first_level_give_no_gain():
     levels = pd.DataFrame(
         {"in_flight": [1, 4], "lanes": 4, "lanes_ok": [0, 4], "wall_s": [0.5, 12.0], "dec_tok_s": [float("nan"), 30.0]}
     )
-    values = re.findall(r'class="value">([^<]*)<', toolkit.stat_tiles(levels))
+    values = re.findall(r'class="value"[^>]*>([^<]*)<', toolkit.stat_tiles(levels))
     assert values[:2] == ["12 s", "n/a"]
 
 

@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "frontier_chart": "_report.charts",
     "build_report": "_report.build",
     "notebook_levels": "_report.measure",
+    "notebook_setup": "_report.notebook",
     "stat_tiles": "_report.tiles",
     "decomposition_note": "_report.tiles",
     # calibration

@@ -61,13 +61,19 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
+# Inline layout so the tiles are cards in a notebook too, where the report's stylesheet is absent;
+# the report's stylesheet adds its colours on top.
+_GRID = "display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:1rem;margin:1rem 0"
+_TILE = "border:1px solid rgba(128,128,128,.35);border-radius:8px;padding:.8rem 1rem"
+
+
 def _cards(tiles: list[tuple[str, str]]) -> str:
     cards = "".join(
-        f'<div class="tile"><div class="value">{html.escape(value)}</div>'
-        f'<div class="label">{html.escape(label)}</div></div>'
+        f'<div class="tile" style="{_TILE}"><div class="value" style="font-size:2rem;font-weight:700">'
+        f'{html.escape(value)}</div><div class="label" style="opacity:.75">{html.escape(label)}</div></div>'
         for value, label in tiles
     )
-    return f'<div class="tiles">{cards}</div>'
+    return f'<div class="tiles" style="{_GRID}">{cards}</div>'
 
 
 def decomposition_note(levels: pd.DataFrame) -> str:
