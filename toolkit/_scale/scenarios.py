@@ -149,7 +149,9 @@ def run_scenario(
         for metric in _METRICS:
             values = measured[f"{metric}_s"].to_numpy(dtype=float)
             finite = values[np.isfinite(values)]
-            row[f"{metric}_p{_percentile_label(q)}_s"] = float(np.percentile(finite, 100 * q)) if finite.size else math.nan
+            row[f"{metric}_p{_percentile_label(q)}_s"] = (
+                float(np.percentile(finite, 100 * q)) if finite.size else math.nan
+            )
     row["error"] = None
     return row
 
