@@ -58,7 +58,7 @@ def resolve_client(client: object) -> tuple[Any, Callable[[], None]]:
     distributed = _distributed(f"client={client!r}")
     if isinstance(client, str) and client == "local":
         cluster = distributed.LocalCluster(
-            n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
         local = distributed.Client(cluster)
 
