@@ -92,7 +92,8 @@ def run_on_dask(
     """Every chunk's rows; a chunk whose task failed for good gives an error row per scenario."""
     import dask.distributed as distributed
 
-    shared = client.scatter(frames, broadcast=True, hash=False) if frames else {}
+    # a list, not the dict: scattered data takes unique keys (a dict's keys would become task keys)
+    shared = dict(zip(frames, client.scatter(list(frames.values()), broadcast=True, hash=False))) if frames else {}
     tag = uuid.uuid4().hex
     futures = {
         client.submit(
