@@ -222,6 +222,15 @@ def test_the_scheduler_address_in_the_environment_is_used(dask_client, monkeypat
     pd.testing.assert_frame_equal(grid, toolkit.simulate_grid(scenarios, progress=False))
 
 
+def test_a_scheduler_address_and_a_local_cluster_give_the_same_frame(dask_client):
+    scenarios = [{**CHAT, "num_requests": 200, "arrival_rate": rate} for rate in (2.0, 6.0, 10.0)]
+    here = toolkit.simulate_grid(scenarios, progress=False)
+    pd.testing.assert_frame_equal(
+        here, toolkit.simulate_grid(scenarios, client=dask_client.scheduler.address, progress=False)
+    )
+    pd.testing.assert_frame_equal(here, toolkit.simulate_grid(scenarios, client="local", progress=False))
+
+
 def test_a_client_that_is_not_one_is_refused(dask_client):
     with pytest.raises(ValueError, match="client"):
         toolkit.simulate_grid([CHAT], client=42, progress=False)
@@ -230,7 +239,9 @@ def test_a_client_that_is_not_one_is_refused(dask_client):
 def test_killing_a_worker_mid_grid_still_returns_every_row():
     cluster, client = _cluster()
     try:
+        frame = toolkit.load_trace("azure-conv-2023", duration_s=300.0)
         scenarios = [{**CHAT, "num_requests": 6000, "arrival_rate": float(rate)} for rate in range(4, 20)]
+        scenarios += [{**H100, "trace": frame, "replicas": r} for r in (1, 2)]  # scattered data outlives the worker
         expected = toolkit.simulate_grid(scenarios, seed=2, progress=False)
         done: dict[str, pd.DataFrame] = {}
         run = threading.Thread(
