@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) \
-		$(PY) -m pip install -e '.[test,server,notebooks,bench]'
+		$(PY) -m pip install -e '.[test,server,notebooks,bench,dask]'
 	@touch $@
 
 chromium:

@@ -119,6 +119,15 @@ SPECS: dict[str, Spec] = {
         numeric={"prompt_tokens": "array", "output_tokens": "array"},
         examples=10,
     ),
+    "simulate_grid": Spec(
+        kwargs={
+            "scenarios": [
+                {**SERVING, "prompt_tokens": 256, "output_tokens": 32, "num_requests": 30, "arrival_rate": 2.0}
+            ],
+            "progress": False,
+        },
+        examples=10,
+    ),
     "compare_wait_models": Spec(
         kwargs={"utilizations": (0.5,), "cs2_values": (1.0,), "num_requests": 2000, "replications": 2}, examples=10
     ),

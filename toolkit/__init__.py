@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
     "simulate": "_queueing.simulator",
     "SimulationResult": "_queueing.sim_result",
     "compare_wait_models": "_queueing.wait_check",
+    # scale-out
+    "simulate_grid": "_scale.grid",
     # real traffic
     "load_trace": "_workload.traces",
     "describe_workload": "_workload.describe",

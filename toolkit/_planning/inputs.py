@@ -12,6 +12,7 @@ import pandas as pd
 from scipy.special import gammainccinv
 from scipy.stats import gamma
 
+from toolkit._args import check_int
 from toolkit._data import load_csv
 from toolkit._model.resolve import resolve_model, resolve_quant
 
@@ -100,3 +101,14 @@ def _specs(argument: str, value: object, catalog, resolve) -> list[dict[str, Any
 
 def _percentile_label(percentile: float) -> str:
     return f"{100 * percentile:g}"
+
+
+def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
+    if isinstance(tensor_parallel, (int, np.integer)):
+        tensor_parallel = (tensor_parallel,)
+    if isinstance(tensor_parallel, (str, bytes)) or not hasattr(tensor_parallel, "__iter__"):
+        raise ValueError(f"tensor_parallel must be an integer or a list of them (1..64), got {tensor_parallel!r}")
+    tps = sorted({check_int("tensor_parallel", tp, low=1, high=64) for tp in tensor_parallel})
+    if not tps:
+        raise ValueError("tensor_parallel must list at least one degree (1..64)")
+    return tps

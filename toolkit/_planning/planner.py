@@ -53,8 +53,9 @@ from toolkit._model.catalog import quantizations as quant_catalog
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
-from toolkit._planning.inputs import _constants, _percentile_label, _specs
-from toolkit._planning.workload import check_on_trace, trace_variability
+from toolkit._planning.inputs import _constants, _degrees, _percentile_label, _specs
+from toolkit._planning.verify import verify_plans
+from toolkit._planning.workload import trace_variability
 from toolkit._queueing.closed_forms import workload_presets
 
 __all__ = ["plan"]
@@ -78,6 +79,8 @@ def plan(
     prefix_cache_hit_rate: float = 0.0,
     budget_usd_month: float | None = None,
     calibration: object = None,
+    verify: str | None = None,
+    client: object = None,
 ) -> pd.DataFrame:
     """Every fleet that can serve ``request_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -119,6 +122,13 @@ def plan(
     calibration : dict, Series or one-row DataFrame, optional
         Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``) replacing the
         defaults of the serving model, e.g. the row :func:`toolkit.calibrate` returns.
+    verify : {"simulate"}, optional
+        ``"simulate"``: simulate the 8 cheapest cost-latency frontier plans of each backend (the
+        trace, or 4,000 Poisson arrivals at ``request_rate`` with the preset's output variance) and
+        add the ``sim_*`` columns. None: only a trace workload is simulated, on 8 frontier plans.
+    client : None, "local", str or dask.distributed.Client
+        Where those simulations run, as for :func:`toolkit.simulate_grid` (default in-process);
+        unused when nothing is simulated.
 
     Returns
     -------
@@ -138,11 +148,11 @@ def plan(
         more than one replica the constraint the plan with one replica fewer breaks, with
         ``kv_memory`` / ``max_batch`` when capacity fails at the largest batch those allow; for
         single-replica plans the constraint with the least relative headroom; for failing plans the
-        first one broken), ``warnings`` (``"; "``-separated). With a trace as ``workload``, also
-        ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (the trace replayed by :func:`toolkit.simulate`
-        on that configuration, at ``percentile``, ms), ``sim_meets_slo`` and ``sim_disagrees`` (closed
-        form and simulation more than 25% apart on the end-to-end percentile), filled for the
-        cheapest plans of the cost-latency frontier and missing (NaN / NA) for the others.
+        first one broken), ``warnings`` (``"; "``-separated). With a trace as ``workload``
+        or with ``verify``, also ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (simulated on that
+        configuration, at ``percentile``, ms), ``sim_meets_slo`` and ``sim_disagrees`` (closed form
+        and simulation more than 25% apart on the end-to-end percentile), filled for the frontier
+        plans simulated and missing (NaN / NA) for the others.
     """
     rate = check_number("request_rate", request_rate, low=0, low_inclusive=False)
     prompt = check_int("prompt_tokens", prompt_tokens, low=1)
@@ -156,6 +166,8 @@ def plan(
     replicas_max = check_int("max_replicas", max_replicas, low=1, high=100_000)
     trace = workload if isinstance(workload, pd.DataFrame) else None
     workload, cs2, arrival_ca2, underestimated = _variability(workload)
+    if verify is not None:
+        check_choice("verify", verify, ("simulate",))
     hit = check_number("prefix_cache_hit_rate", prefix_cache_hit_rate, low=0, high=1, high_inclusive=False)
     budget = (
         None
@@ -203,21 +215,10 @@ def plan(
     )
     order = np.lexsort((at["e2e_ms"], cost, ~meets))
     table = pd.DataFrame({name: column[order] for name, column in columns.items()})
-    if trace is not None:
-        e2e = f"e2e_p{_percentile_label(pct)}_ms"
-        table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
+    if trace is not None or verify is not None:
+        load = dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2)
+        table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
     return table
-
-
-def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
-    if isinstance(tensor_parallel, (int, np.integer)):
-        tensor_parallel = (tensor_parallel,)
-    if isinstance(tensor_parallel, (str, bytes)) or not hasattr(tensor_parallel, "__iter__"):
-        raise ValueError(f"tensor_parallel must be an integer or a list of them (1..64), got {tensor_parallel!r}")
-    tps = sorted({check_int("tensor_parallel", tp, low=1, high=64) for tp in tensor_parallel})
-    if not tps:
-        raise ValueError("tensor_parallel must list at least one degree (1..64)")
-    return tps
 
 
 def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:

@@ -1,0 +1,110 @@
+"""Checking plans by simulation: the frontier replayed through ``simulate_grid``, side by side.
+
+The closed form of the planner sizes every candidate; the simulator then runs the ones worth buying,
+the cost-latency frontier of the plans that meet the SLOs, on their exact configuration (model, GPU,
+format, backend, tensor parallel, replicas, batch): its ``SIMULATED_PLANS`` cheapest plans when only
+a trace workload asks for it, its ``SIMULATED_PLANS`` cheapest plans of each backend with
+``verify="simulate"``. The requests are the trace's when the workload is
+a trace; with a variance preset and ``verify="simulate"`` they are ``VERIFY_REQUESTS``
+Poisson arrivals at the planned rate with the planned prompt length and output lengths of the
+preset's variance: fixed (cs2 0), geometric (cs2 1) or lognormal with ``cv = sqrt(cs2)``. The
+simulator has no prefix cache, so ``prefix_cache_hit_rate`` is not simulated. Every simulation goes
+through :func:`toolkit.simulate_grid`, in-process or on the Dask ``client`` given.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from toolkit._planning.inputs import _percentile_label
+from toolkit._planning.pareto import pareto
+from toolkit._scale.grid import simulate_grid
+
+__all__: list[str] = []
+
+# frontier plans simulated: the cheapest overall (a trace workload), or per backend (verify="simulate")
+SIMULATED_PLANS = 8
+# synthetic requests per plan for verify="simulate" with a variance preset (10% of them warm-up)
+VERIFY_REQUESTS = 4000
+# closed form and simulation "disagree" beyond this relative difference at the SLO percentile
+DISAGREE_REL = 0.25
+SIM_COLUMNS = ("sim_ttft_ms", "sim_tpot_ms", "sim_e2e_ms")
+
+
+def synthetic_load(rate: float, prompt: int, output: int, cs2: float) -> dict:
+    """``simulate`` arguments of ``VERIFY_REQUESTS`` Poisson arrivals shaped like the planned request."""
+    if cs2 == 0:
+        lengths: object = output
+    elif cs2 == 1:
+        lengths = ("geometric", output)
+    else:
+        lengths = ("lognormal", output, math.sqrt(cs2))
+    return {"arrival_rate": rate, "prompt_tokens": prompt, "output_tokens": lengths, "num_requests": VERIFY_REQUESTS}
+
+
+def verify_plans(
+    table: pd.DataFrame,
+    request: dict,
+    per_backend: bool,
+    percentile: float,
+    slos: dict,
+    *,
+    calibration: object,
+    client: object,
+) -> pd.DataFrame:
+    """``table`` with ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (at ``percentile``, ms),
+    ``sim_meets_slo`` and ``sim_disagrees`` filled for the frontier plans simulated (NaN / NA
+    elsewhere); a simulation that failed leaves them missing and says why in ``warnings``.
+
+    ``request`` describes the load: ``trace`` (a frame or None), ``rate`` (requests/s), ``prompt``
+    and ``output`` (tokens), ``cs2`` (output-length variance); ``per_backend`` simulates the
+    ``SIMULATED_PLANS`` cheapest frontier plans of each backend, otherwise of all.
+    """
+    trace = request["trace"]
+    load = (
+        {"trace": trace, "warmup_fraction": 0.0}
+        if trace is not None
+        else synthetic_load(request["rate"], request["prompt"], request["output"], request["cs2"])
+    )
+    label = _percentile_label(percentile)
+    e2e = f"e2e_p{label}_ms"
+    out = table.copy()
+    for col in SIM_COLUMNS:
+        out[col] = np.nan
+    out["sim_meets_slo"] = pd.Series(pd.NA, index=out.index, dtype="boolean")
+    out["sim_disagrees"] = pd.Series(pd.NA, index=out.index, dtype="boolean")
+    meeting = out[out["meets_slo"]]
+    if meeting.empty:
+        return out
+    front = pareto(meeting, minimize=("cost_usd_month", e2e), maximize=())
+    front = front.groupby("backend", sort=False).head(SIMULATED_PLANS) if per_backend else front.head(SIMULATED_PLANS)
+    scenarios = [
+        {
+            "model": row["model"],
+            "gpu": row["gpu"],
+            "quant": row["quant"],
+            "backend": row["backend"],
+            "max_batch": int(row["batch"]),
+            "tensor_parallel": int(row["tensor_parallel"]),
+            "replicas": int(row["replicas"]),
+            "calibration": calibration,
+            **load,
+        }
+        for _, row in front.iterrows()
+    ]
+    sims = simulate_grid(scenarios, client=client, percentiles=(percentile,), progress=False)
+    sims.index = front.index
+    for label_, sim in sims.iterrows():
+        if sim["error"] is not None:
+            note = f"simulation failed: {sim['error']}"
+            out.loc[label_, "warnings"] = "; ".join(w for w in (out.loc[label_, "warnings"], note) if w)
+            continue
+        ms = {m: float(sim[f"{m}_p{label}_s"]) * 1e3 for m in ("ttft", "tpot", "e2e")}
+        out.loc[label_, list(SIM_COLUMNS)] = [ms["ttft"], ms["tpot"], ms["e2e"]]
+        limits = {"slo_ttft": ms["ttft"], "slo_tpot": ms["tpot"], "slo_e2e": ms["e2e"]}
+        out.loc[label_, "sim_meets_slo"] = all(slos[k] is None or limits[k] <= slos[k] for k in limits)
+        out.loc[label_, "sim_disagrees"] = abs(out.loc[label_, e2e] / ms["e2e"] - 1) > DISAGREE_REL
+    return out
