@@ -12,6 +12,7 @@ and ``OUT_DIR/notebooks.json`` (per notebook: cells, chart outputs, errors, bloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -140,10 +141,8 @@ def _run_one(browser, base: str, token: str, name: str, screenshots: Path | None
     # a workspace of its own, reset: JupyterLab would otherwise reopen the notebooks of earlier pages
     page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?reset&token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-    try:  # a notebook saved with another kernel display name asks which kernel to start
+    with contextlib.suppress(PlaywrightTimeout):  # a notebook saved with another kernel name asks which to start
         page.click(".jp-Dialog .jp-mod-accept", timeout=5_000)
-    except PlaywrightTimeout:
-        pass
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')].some(e => e.dataset.status === 'idle')",
         timeout=120_000,
@@ -176,10 +175,8 @@ def _run_one(browser, base: str, token: str, name: str, screenshots: Path | None
                 run.errors.append(f"no chart drawn by cell starting {source.splitlines()[0][:80]!r}")
     if screenshots is not None:
         screenshots.mkdir(parents=True, exist_ok=True)
-        try:  # fold the file browser away: the notebook alone
+        with contextlib.suppress(PlaywrightTimeout):  # fold the file browser away: the notebook alone
             page.click("li.lm-TabBar-tab[data-id='filebrowser']", timeout=5_000)
-        except PlaywrightTimeout:
-            pass
         height = page.evaluate(
             "() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, .jp-Notebook')]"
             ".map(e => e.scrollHeight))"
