@@ -42,9 +42,14 @@ def _chart_html(chart: alt.TopLevelMixin, slug: str, out: Path) -> str:
 
 
 def _table_html(df: pd.DataFrame, summary: str, csv_name: str, *, open_: bool = False) -> str:
-    table = df.to_html(index=False, escape=True, na_rep="", float_format=lambda v: f"{v:,.4g}", border=0)
+    table = df.to_html(index=False, escape=True, na_rep="", float_format=_number, border=0)
     link = f'<a href="{html.escape(csv_name)}">CSV</a>'
     return (
         f"<details{' open' if open_ else ''}><summary>{html.escape(summary)} ({link})</summary>"
         f'<div class="table">{table}</div></details>'
     )
+
+
+def _number(value: float) -> str:
+    """A table cell: whole numbers with thousands separators from 1,000 up, four significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.4g}"

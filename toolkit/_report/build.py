@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from toolkit._report.conclusion import conclusion
 from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run
 from toolkit._report.page import _page, _slug
-from toolkit._report.sections import _notebook_section, _sections
+from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 
 __all__ = ["build_report"]
 
@@ -93,9 +94,11 @@ def build_report(
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)
-    sections = _sections(run, out)
+    accuracy = _accuracy_table(run)
+    sections = _sections(run, out, accuracy)
     if execute_notebooks:
         sections.append(_notebook_section(out, base_url, model, Path(notebook_dir)))
+    summary = conclusion(run.levels, run.lanes, accuracy)
     index = out / "index.html"
-    index.write_text(_page(f"Serving capacity report: {name}", run, sections), encoding="utf-8")
+    index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")
     return index

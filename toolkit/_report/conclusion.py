@@ -24,10 +24,9 @@ BANDS = (0.3, 0.7)
 
 
 VERDICT_MEANING = {
-    "batching": "it serves the lanes together, so the batch rather than a queue sets the pace",
-    "mixed": "it batches only in part: added lanes buy throughput, but each slows the others down",
-    "queueing": "it runs the lanes largely one at a time, so added concurrency turns into waiting and"
-    " single-stream speed is the limit",
+    "batching": "it batches, running the lanes side by side at nearly their single-lane speed",
+    "mixed": "it batches only in part, so added lanes buy throughput but slow each other down",
+    "queueing": "it queues, running the lanes largely one at a time, so added concurrency becomes waiting",
 }
 
 
@@ -59,13 +58,14 @@ def conclusion(levels: pd.DataFrame, lanes: pd.DataFrame | None = None, accuracy
     Returns
     -------
     str
-        Plain text (not HTML), a few sentences.
+        Plain text (not HTML): one line per finding (throughput, verdict, failures, model error),
+        each a sentence or two.
     """
     df = levels.sort_values("in_flight").reset_index(drop=True)
     parts = [_throughput(df), _verdict(df), _failures(df, lanes)]
     if accuracy is not None and len(accuracy):
         parts.append(_accuracy(accuracy))
-    return " ".join(p for p in parts if p)
+    return "\n".join(p for p in parts if p)
 
 
 def _throughput(df: pd.DataFrame) -> str:
@@ -98,21 +98,21 @@ def _verdict(df: pd.DataFrame) -> str:
         gap = (e - high, "mixed")
     else:
         gap = min((e - low, "batching"), (high - e, "queueing"))
-    text = f"What limits this server: at {limit} in flight the sweep reads {verdict} (elasticity {e:.2f}"
+    text = f"What limits this server: {VERDICT_MEANING[verdict]}. At {limit} in flight the sweep reads {verdict}"
     if "llm_ms_per_token" in df and pd.notna(first["llm_ms_per_token"]) and pd.notna(top["llm_ms_per_token"]):
         text += (
-            f"; each lane's time per output token went from {first['llm_ms_per_token']:.1f} ms at"
+            f": each lane's time per output token grew from {first['llm_ms_per_token']:.1f} ms at"
             f" {int(first['in_flight'])} in flight to {top['llm_ms_per_token']:.1f} ms"
         )
     text += (
-        f"), so {VERDICT_MEANING[verdict]}. The elasticity runs from 0 (perfect batching) to 1 (one lane"
-        f" at a time) and {verdict} spans {_band(verdict)}, so this reading is {gap[0]:.2f} from {gap[1]}"
+        f", elasticity {e:.2f} on a scale from 0 (perfect batching) to 1 (one lane at a time), where"
+        f" {verdict} spans {_band(verdict)}. The reading is {gap[0]:.2f} from {gap[1]}"
     )
     repeats = int(df["repeats"].max()) if "repeats" in df and df["repeats"].notna().any() else 1
     if repeats < 2:
-        text += "; it rests on one run per level, so no interval can be put on it"
+        text += ", from one run per level, so no interval can be put on it"
     else:
-        text += f"; it rests on {repeats} runs per level"
+        text += f", from {repeats} runs per level"
         if "dec_tok_s_ci95" in df and pd.notna(top["dec_tok_s_ci95"]):
             text += f", and the top throughput's 95% interval is ±{_tok(top['dec_tok_s_ci95'])} tokens/s"
     lower = df.iloc[1:-1]
