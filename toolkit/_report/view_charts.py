@@ -12,10 +12,10 @@ from toolkit._report.panels import BAR_COLOR, HEIGHT, WIDTH, _require, _tidy
 __all__: list[str] = []
 
 
-OUTCOME_COLORS = {"ok": BAR_COLOR, "rejected": "#F9A825", "error": "#C62828"}
+OUTCOME_COLORS = {"ok": BAR_COLOR, "rejected": "#E65100", "error": "#C62828"}
 
 
-PHASE_COLORS = {"to first token": "#80CBC4", "streaming": BAR_COLOR, "failed": "#C62828"}
+PHASE_COLORS = {"to first token": "#757575", "streaming": BAR_COLOR, "failed": "#C62828"}
 
 
 # pixels per lane row in the timeline
