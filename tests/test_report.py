@@ -63,6 +63,15 @@ def test_the_gain_tile_names_the_peak_and_every_dip():
     assert "it falls at 2 in flight (40 tokens/s after 50) and at 8 in flight (55 tokens/s after 60)" in tiles
 
 
+def test_a_level_without_throughput_is_named_not_skipped():
+    # every lane failed at 2 in flight: 30 then 105 tokens/s is a rise, and the gap is said
+    levels = pd.DataFrame({"in_flight": [1, 2, 4], "wall_s": [1.0, 0.1, 0.5], "dec_tok_s": [30.0, np.nan, 105.0]})
+    assert "it rises at every step; no request completed at 2 in flight" in toolkit.stat_tiles(levels)
+    assert "3.5x the 30 tokens/s at 1; it rises at every step; no request completed at 2" in (
+        _conclusion.conclusion(levels)
+    )
+
+
 def test_the_cache_tile_states_the_highest_limit_that_reports_hits():
     # no counter at 4 in flight, so the value is the 2-lane level's 50%, set against 73% at 1
     levels = pd.DataFrame(
@@ -235,9 +244,9 @@ def test_sample_note_warns_where_a_percentile_is_one_of_the_two_largest(n, warne
 
 
 def test_sample_note_lists_uneven_levels():
-    note = _conclusion.sample_note(pd.Series([8, 30, 0], index=[1, 2, 4]))
-    assert note.startswith("Few requests behind the percentiles (8 at 1 in flight, 30 at 2 in flight):")
-    assert "p95 and p99 from 8 requests are the largest value or close to it" in note
+    note = _conclusion.sample_note(pd.Series([8, 30, 0, 5], index=[1, 2, 4, 8]))
+    assert note.startswith("Few requests behind the percentiles (8 at 1 in flight, 30 at 2 in flight, 5 at 8")
+    assert "p95 and p99 from 5 and 8 requests are the largest value or close to it" in note
     assert "p99 from 30 requests is the largest value or close to it" in note
 
 

@@ -139,7 +139,7 @@ def _failures(df: pd.DataFrame, lanes: pd.DataFrame | None) -> str:
     retries = f", after {retried} retried attempt{'s' * (retried != 1)}" if retried else ""
     if not len(failed):
         return f"All {len(finals)} requests succeeded{retries or ', none retried'}."
-    per_level = failed.groupby("in_flight").size().sort_index(ascending=False)
+    per_level = failed.groupby("in_flight").size().sort_index()
     where = ", ".join(f"{n} at {int(limit)} in flight" for limit, n in per_level.items())
     text = f"{len(failed)} of {len(finals)} requests failed ({where}){retries}"
     errors = lanes.loc[lanes["outcome"] == "error", "error"].dropna().astype(str) if "error" in lanes else []
@@ -210,17 +210,16 @@ def sample_note(counts: pd.Series) -> str:
         the second-largest value).
     """
     counts = counts[counts > 0].astype(int)
-    claims = []
+    groups: dict[tuple[str, ...], list[int]] = {}
     for n in sorted(set(counts)):
-        weak = [f"p{p}" for p in TAIL_PERCENTILES if n * (100 - p) <= 200 - p]
-        if not weak:
-            continue
-        which = " and ".join(weak)
-        if n == 1:
-            claims.append(f"{which} from 1 request {'are' if len(weak) > 1 else 'is'} that request")
-        else:
-            is_ = "are" if len(weak) > 1 else "is"
-            claims.append(f"{which} from {n} requests {is_} the largest value or close to it (between the two largest)")
+        weak = tuple(f"p{p}" for p in TAIL_PERCENTILES if n * (100 - p) <= 200 - p)
+        if weak:
+            groups.setdefault(weak, []).append(n)
+    claims = [
+        f"{' and '.join(weak)} from {' and '.join(map(str, ns))} requests {'are' if len(weak) > 1 else 'is'}"
+        " the largest value or close to it"
+        for weak, ns in groups.items()
+    ]
     if not claims:
         return ""
     if counts.nunique() == 1:
@@ -228,6 +227,7 @@ def sample_note(counts: pd.Series) -> str:
     else:
         where = ", ".join(f"{n} at {int(limit)} in flight" for limit, n in counts.items())
     return (
-        f"Few requests behind the percentiles ({where}): {'; '.join(claims)}. A p99 rests on more than"
-        " the two slowest requests only from 102 requests per level, a p95 from 22."
+        f"Few requests behind the percentiles ({where}): {'; '.join(claims)}, lying between a level's two"
+        " largest values. A p99 rests on more than the two slowest requests only from 102 requests per"
+        " level, a p95 from 22."
     )

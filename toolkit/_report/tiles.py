@@ -81,25 +81,27 @@ def _peak(levels: pd.DataFrame) -> pd.Series | None:
 
 
 def _throughput_shape(levels: pd.DataFrame) -> str:
-    """How decode throughput moves with the limit, in words: every dip below the level before it.
+    """How decode throughput moves with the limit, in words: every dip, and every level without one.
 
-    ``levels``: ``in_flight`` and ``dec_tok_s`` (tokens/s); NaN throughputs are skipped. Returns "it
-    rises at every step", or each level whose throughput fell below the finite level before it
-    ("it falls at 2 in flight (40 tokens/s after 50)").
+    ``levels``: ``in_flight`` and ``dec_tok_s`` (tokens/s). Returns "it rises at every step", or each
+    level whose throughput fell below the finite level before it ("it falls at 2 in flight (40
+    tokens/s after 50)"), followed by the levels where no request completed (NaN throughput).
     """
     df = levels.sort_values("in_flight")
+    missing = [str(int(n)) for n in df.loc[df["dec_tok_s"].isna(), "in_flight"]]
+    none = f"; no request completed at {', '.join(missing)} in flight" if missing else ""
     df = df[df["dec_tok_s"].notna()]
     if len(df) < 2:
-        return "one level only"
+        return "one level only" + none
     before = df["dec_tok_s"].shift()
     dips = df[df["dec_tok_s"] < before]
     if not len(dips):
-        return "it rises at every step"
+        return "it rises at every step" + none
     falls = [
         f"{int(row['in_flight'])} in flight ({_tok(row['dec_tok_s'])} tokens/s after {_tok(prev)})"
         for (_, row), prev in zip(dips.iterrows(), before[dips.index], strict=True)
     ]
-    return "it falls at " + " and at ".join(falls)
+    return "it falls at " + " and at ".join(falls) + none
 
 
 def _tok(value: float) -> str:
