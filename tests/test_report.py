@@ -165,7 +165,7 @@ def test_conclusion_names_the_peak_the_dip_the_verdict_and_the_failures():
     )
     # elasticity 0.45 is 0.15 above batching's 0.3 and 0.25 below queueing's 0.7: nearest is batching
     assert "At 4 in flight the sweep reads mixed" in lines[1] and "it batches only in part" in lines[1]
-    assert "grew from 20.0 ms at 1 in flight to 30.0 ms, elasticity 0.45" in lines[1]
+    assert "went from 20.0 ms at 1 in flight to 30.0 ms, elasticity 0.45" in lines[1]
     assert "The reading is 0.15 from batching, from one run per level" in lines[1]
     assert lines[1].endswith("the lower limits read batching at 2.")
     # 6 lanes end on a final attempt; lane 1 at 4 ends in an error; 8 attempts - 6 finals = 2 retried;

@@ -40,6 +40,12 @@ def build_report(
 ) -> Path:
     """Measure a server, draw the results beside the reference run, and write the HTML report.
 
+    The page opens with a conclusion in words (peak throughput and where it is, the batching verdict
+    and how sure it is, failures, the model's held-out error) and headline tiles; then the measured
+    server's sections (throughput, latency distributions, throughput against latency, the request
+    timeline, successes and errors, the time decomposition, predicted against measured); then, under
+    "About the model", the sections that do not depend on the server.
+
     Three sources, in this order: ``base_url`` (or env ``BASE_URL``) measures that
     OpenAI-compatible server with the full 32-lane sweep at in-flight limits 1..32; ``recorded=True``
     reads the llama-server run recorded in the package data; otherwise the local llama-server is started
@@ -72,7 +78,9 @@ def build_report(
     pathlib.Path
         The ``index.html`` written. Beside it: ``<chart>.png`` / ``<chart>.svg`` per chart,
         ``levels.csv`` (one row per in-flight limit, the columns of ``SweepResult.levels``: wall_s in
-        s, dec_tok_s in tokens/s, ...), ``lanes.csv`` (one row per lane attempt) where measured,
+        s, dec_tok_s in tokens/s, ...), ``lanes.csv`` (one row per lane attempt) where measured, and
+        from the lanes ``latency.csv`` (TTFT, ITL or TPOT, E2E percentiles per level, ms),
+        ``throughput_latency.csv`` and ``outcomes.csv`` (attempts per level by outcome),
         ``reference_levels.csv``, ``batching_curve.csv``, ``queueing.csv``, ``frontier.csv``,
         ``accuracy.csv`` where calibration is available, and ``notebooks/*.ipynb`` executed.
     """

@@ -88,7 +88,7 @@ def _verdict(df: pd.DataFrame) -> str:
         return "With one in-flight limit, batching cannot be told from queueing." if len(df) < 2 else ""
     first, top = df.iloc[0], df.iloc[-1]
     verdict, limit = str(top["verdict"]), int(top["in_flight"])
-    if verdict not in VERDICT_MEANING:
+    if verdict not in VERDICT_MEANING or "elasticity" not in df or pd.isna(top["elasticity"]):
         return f"The verdict at {limit} in flight is {verdict}: the lanes' time per token is not known at both ends."
     e = float(top["elasticity"])
     low, high = BANDS
@@ -101,7 +101,7 @@ def _verdict(df: pd.DataFrame) -> str:
     text = f"What limits this server: {VERDICT_MEANING[verdict]}. At {limit} in flight the sweep reads {verdict}"
     if "llm_ms_per_token" in df and pd.notna(first["llm_ms_per_token"]) and pd.notna(top["llm_ms_per_token"]):
         text += (
-            f": each lane's time per output token grew from {first['llm_ms_per_token']:.1f} ms at"
+            f": each lane's time per output token went from {first['llm_ms_per_token']:.1f} ms at"
             f" {int(first['in_flight'])} in flight to {top['llm_ms_per_token']:.1f} ms"
         )
     text += (
@@ -132,7 +132,7 @@ def _failures(df: pd.DataFrame, lanes: pd.DataFrame | None) -> str:
         if "lanes_failed" not in df:
             return ""
         failed = int(df["lanes_failed"].sum())
-        return "No request failed." if failed == 0 else f"{failed} requests failed."
+        return "No request failed." if failed == 0 else f"{failed} request{'s' * (failed != 1)} failed."
     finals = lanes[lanes["final"].astype(bool)] if "final" in lanes else lanes
     failed = finals[finals["outcome"] != "ok"]
     retried = len(lanes) - len(finals)
