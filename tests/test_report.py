@@ -324,6 +324,18 @@ def test_report_html_loads_nothing_from_elsewhere(report):
     assert HOSTILE not in text  # every server-provided string is escaped
 
 
+def test_the_timeline_draws_the_first_repeat_of_a_repeated_sweep(tmp_path):
+    _, lanes = _small_sweep()
+    both = pd.concat([lanes.assign(repeat=1), lanes.assign(repeat=2)], ignore_index=True)
+    section = _views._timeline_section(both, tmp_path)
+    spec = json.loads(re.search(r'id="spec-timeline">(.*?)</script>', section.body).group(1))
+    (rows,) = spec["datasets"].values()
+    # one repeat: 5 answered attempts, each waiting then streaming, and 3 failed attempts
+    assert len(rows) == 5 * 2 + 3
+    assert "Only each level's first repeat is drawn." in section.body
+    assert (tmp_path / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
 MEASURED_VIEWS = (
     "latency-distributions-per-level",
     "throughput-against-latency",

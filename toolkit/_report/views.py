@@ -31,8 +31,6 @@ def _views(run: _Run, out: Path) -> list[_Section]:
     if run.lanes is None or not len(run.lanes):
         return []
     lanes = run.lanes
-    if "repeat" in lanes and lanes["repeat"].notna().any():
-        lanes = lanes[lanes["repeat"] == lanes["repeat"].min()]
     table = _latency_table(lanes)
     table.to_csv(out / "latency.csv", index=False)
     return [
@@ -129,6 +127,9 @@ def _timeline_segments(lanes: pd.DataFrame) -> pd.DataFrame:
 
 
 def _timeline_section(lanes: pd.DataFrame, out: Path) -> _Section:
+    repeated = "repeat" in lanes and lanes["repeat"].nunique() > 1
+    if repeated:  # every repeat starts its clock at zero: draw the first
+        lanes = lanes[lanes["repeat"] == lanes["repeat"].min()]
     if "start_s" not in lanes or not len(segments := _timeline_segments(lanes)):
         return _Section("Request timeline", "<p>This run recorded no start and end times of its attempts.</p>")
     return _Section(
@@ -136,7 +137,9 @@ def _timeline_section(lanes: pd.DataFrame, out: Path) -> _Section:
         _chart_html(_vc._timeline_chart(segments), "timeline", out)
         + "<p>Each lane's attempts from the level's start: waiting for the first token (queueing and"
         " prefill), then streaming, or failed. Lanes that wait while others stream are queued;"
-        " lanes that stream side by side are batched.</p>",
+        " lanes that stream side by side are batched."
+        + (" Only each level's first repeat is drawn." if repeated else "")
+        + "</p>",
     )
 
 
