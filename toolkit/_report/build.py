@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from toolkit._report.conclusion import conclusion
 from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run
 from toolkit._report.page import _page, _slug
-from toolkit._report.sections import _notebook_section, _sections
+from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 
 __all__ = ["build_report"]
 
@@ -38,6 +39,12 @@ def build_report(
     reports_dir: str | Path = REPORTS_DIR,
 ) -> Path:
     """Measure a server, draw the results beside the reference run, and write the HTML report.
+
+    The page opens with a conclusion in words (peak throughput and where it is, the batching verdict
+    and how sure it is, failures, the model's held-out error) and headline tiles; then the measured
+    server's sections (throughput, latency distributions, throughput against latency, the request
+    timeline, successes and errors, the time decomposition, predicted against measured); then, under
+    "About the model", the sections that do not depend on the server.
 
     Three sources, in this order: ``base_url`` (or env ``BASE_URL``) measures that
     OpenAI-compatible server with the full 32-lane sweep at in-flight limits 1..32; ``recorded=True``
@@ -71,7 +78,9 @@ def build_report(
     pathlib.Path
         The ``index.html`` written. Beside it: ``<chart>.png`` / ``<chart>.svg`` per chart,
         ``levels.csv`` (one row per in-flight limit, the columns of ``SweepResult.levels``: wall_s in
-        s, dec_tok_s in tokens/s, ...), ``lanes.csv`` (one row per lane attempt) where measured,
+        s, dec_tok_s in tokens/s, ...), ``lanes.csv`` (one row per lane attempt) where measured, and
+        from the lanes ``latency.csv`` (TTFT, ITL or TPOT, E2E percentiles per level, ms),
+        ``throughput_latency.csv`` and ``outcomes.csv`` (attempts per level by outcome),
         ``reference_levels.csv``, ``batching_curve.csv``, ``queueing.csv``, ``frontier.csv``,
         ``accuracy.csv`` where calibration is available, and ``notebooks/*.ipynb`` executed.
     """
@@ -93,9 +102,11 @@ def build_report(
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)
-    sections = _sections(run, out)
+    accuracy = _accuracy_table(run)
+    sections = _sections(run, out, accuracy)
     if execute_notebooks:
         sections.append(_notebook_section(out, base_url, model, Path(notebook_dir)))
+    summary = conclusion(run.levels, run.lanes, accuracy)
     index = out / "index.html"
-    index.write_text(_page(f"Serving capacity report: {name}", run, sections), encoding="utf-8")
+    index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")
     return index

@@ -7,8 +7,9 @@ import html
 import re
 from collections.abc import Sequence
 
+from toolkit._report.blocks import PARTS, _Section
 from toolkit._report.measure import _Run
-from toolkit._report.sections import _Section
+from toolkit._report.tiles import stat_tiles
 
 __all__: list[str] = []
 
@@ -31,6 +32,10 @@ figure { margin: 1rem 0; overflow-x: auto; }
 th, td { padding: 0.2rem 0.5rem; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 dl.conditions { display: grid; grid-template-columns: max-content 1fr; gap: 0.1rem 1rem; }
 dl.conditions dt { color: var(--muted); }
+h3 { border-bottom: 1px solid var(--accent); padding-bottom: 0.2rem; margin-top: 2rem; }
+ul.lead { font-size: 1.05em; } ul.lead li { margin-bottom: 0.4rem; }
+p.warn { border-left: 4px solid #E65100; background: var(--card); padding: 0.4rem 0.8rem; }
+nav ol { columns: 2; }
 a { color: var(--accent); }
 """
 
@@ -51,7 +56,9 @@ for (const el of document.querySelectorAll('div.chart')) {
 """
 
 
-def _page(title: str, run: _Run, sections: Sequence[_Section]) -> str:
+def _page(title: str, run: _Run, summary: str, sections: Sequence[_Section]) -> str:
+    """The whole page: the conclusion (``summary``, plain text, one finding a line) and tiles, the run's conditions, a table
+    of contents, then ``sections`` grouped under the headings of ``PARTS`` in its order."""
     import vl_convert
     from altair.utils.html import vl_version_for_vl_convert
 
@@ -59,7 +66,18 @@ def _page(title: str, run: _Run, sections: Sequence[_Section]) -> str:
 
     bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
     conditions = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in run.conditions.items())
-    body = "".join(f"<section><h2>{html.escape(s.title)}</h2>{s.body}</section>" for s in sections)
+    parts, contents = [], []
+    for key, heading in PARTS.items():
+        members = [s for s in sections if s.part == key]
+        if not members:
+            continue
+        body = "".join(
+            f'<section id="{_slug(s.title)}"><h3>{html.escape(s.title)}</h3>{s.body}</section>' for s in members
+        )
+        parts.append(f'<section class="part" id="part-{key}"><h2>{html.escape(heading)}</h2>{body}</section>')
+        links = "".join(f'<li><a href="#{_slug(s.title)}">{html.escape(s.title)}</a></li>' for s in members)
+        contents.append(f'<li><a href="#part-{key}">{html.escape(heading)}</a><ol>{links}</ol></li>')
+    findings = "".join(f"<li>{html.escape(line)}</li>" for line in summary.splitlines())
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -70,8 +88,10 @@ def _page(title: str, run: _Run, sections: Sequence[_Section]) -> str:
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p class="muted">Generated {stamp} by toolkit {__version__}; self-contained, opens offline.</p>
+<section id="conclusion"><h2>Conclusion</h2><ul class="lead">{findings}</ul>{stat_tiles(run.levels)}</section>
 <dl class="conditions">{conditions}</dl>
-{body}
+<nav><ol>{"".join(contents)}</ol></nav>
+{"".join(parts)}
 <script>{_EMBED_JS}</script>
 </body></html>
 """

@@ -1,24 +1,25 @@
-"""The report's sections: measured accuracy, queueing, the frontier, batching, the notebooks."""
+"""The report's sections: throughput, the time decomposition, the standard views, measured accuracy, then
+the model's (batching, queueing, the frontier), and the notebooks."""
 
 from __future__ import annotations
 
 import html
-import json
 import os
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-import altair as alt
 import numpy as np
 import pandas as pd
 
 from toolkit._data import load_csv
 from toolkit._report import charts as _charts
 from toolkit._report import panels as _panels
+from toolkit._report.blocks import _chart_html, _Section, _table_html
+from toolkit._report.conclusion import _accuracy as _accuracy_words
 from toolkit._report.measure import _Run
-from toolkit._report.tiles import decomposition_note, stat_tiles
+from toolkit._report.tiles import decomposition_note
+from toolkit._report.views import _sample_html, _views
 
 __all__: list[str] = []
 
@@ -55,13 +56,8 @@ FRONTIER_QUESTION = {
 }
 
 
-@dataclass
-class _Section:
-    title: str
-    body: str  # HTML, already escaped
-
-
-def _sections(run: _Run, out: Path) -> list[_Section]:
+def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None) -> list[_Section]:
+    """The measured server's sections, then those about the model (``accuracy``: ``_accuracy_table``)."""
     reference = load_csv(REFERENCE_CSV)
     ref_label = "vLLM, Bonsai-8B, RTX PRO 6000 (reference)"
     reference.to_csv(out / "reference_levels.csv", index=False)
@@ -71,13 +67,13 @@ def _sections(run: _Run, out: Path) -> list[_Section]:
     sections = [
         _Section(
             "Decode throughput against concurrency",
-            stat_tiles(run.levels)
-            + _chart_html(throughput, "decode_throughput", out)
+            _chart_html(throughput, "decode_throughput", out)
             + "<p>Output tokens per second of wall clock at each in-flight limit, the same lanes at"
             " every limit. Beside it, the reference run this chart reproduces (its own y scale); its"
             " 2-lane column is a measured dip, a level whose lanes spent their retry budgets and"
             " generated twice the output tokens of the others.</p>",
         ),
+        *_views(run, out),
         _Section(
             "Where the time goes",
             _chart_html(decomposition, "decomposition", out)
@@ -86,21 +82,30 @@ def _sections(run: _Run, out: Path) -> list[_Section]:
             + f"<li><b>{html.escape(run.label)}</b>: {html.escape(decomposition_note(run.levels))}</li>"
             + f"<li><b>{html.escape(ref_label)}</b>: {html.escape(decomposition_note(reference))}</li>"
             + "</ul>"
+            + _sample_html(run.levels, run.lanes)
             + _table_html(run.levels, f"Measured levels: {run.label}", "levels.csv")
             + lanes
             + _table_html(reference, f"Reference levels: {ref_label}", "reference_levels.csv"),
         ),
     ]
-    if run.host is not None and run.lanes is not None:
-        sections.append(_accuracy_section(run, out))
+    if accuracy is not None:
+        sections.append(_accuracy_section(accuracy, out))
     return sections + [_batching_section(reference, out), _queueing_section(out), _frontier_section(out)]
 
 
-def _accuracy_section(run: _Run, out: Path) -> _Section:
-    """Predicted against measured for the Gemma run: uncalibrated, then calibrated on some levels."""
-    from toolkit._validation.closed_loop import FIT_LIMITS, llamacpp_closed_loop_check, summarize_errors
+def _accuracy_table(run: _Run) -> pd.DataFrame | None:
+    """Predicted against measured for a Gemma run with its host: uncalibrated, then calibrated on some
+    levels (``llamacpp_closed_loop_check``); None for runs the serving model cannot predict."""
+    if run.host is None or run.lanes is None:
+        return None
+    from toolkit._validation.closed_loop import llamacpp_closed_loop_check
 
-    table = llamacpp_closed_loop_check((run.lanes, run.levels), gpu=run.host)
+    return llamacpp_closed_loop_check((run.lanes, run.levels), gpu=run.host)
+
+
+def _accuracy_section(table: pd.DataFrame, out: Path) -> _Section:
+    from toolkit._validation.closed_loop import FIT_LIMITS, summarize_errors
+
     table.to_csv(out / "accuracy.csv", index=False)
     summary = summarize_errors(table)
     fitted = table.attrs["calibration"]
@@ -112,7 +117,7 @@ def _accuracy_section(run: _Run, out: Path) -> _Section:
         + "<p>The serving model predicts each level of this run (simulator, one request per lane, the"
         " lanes' own token counts) from the host's measured bandwidth and matrix rate, first with the"
         f" default efficiencies, then calibrated on limits {', '.join(map(str, FIT_LIMITS))} and checked on"
-        f" the others (fitted: {html.escape(params)}).</p>"
+        f" the others (fitted: {html.escape(params)}). {html.escape(_accuracy_words(table))}</p>"
         + _table_html(summary, "Median and largest absolute relative error", "accuracy.csv", open_=True)
         + _table_html(table, "Every level and metric", "accuracy.csv"),
     )
@@ -145,6 +150,7 @@ def _queueing_section(out: Path) -> _Section:
         + _table_html(
             errors.reset_index(), "p95 relative error (closed form / simulated - 1)", "queueing.csv", open_=True
         ),
+        part="model",
     )
 
 
@@ -166,6 +172,7 @@ def _frontier_section(out: Path) -> _Section:
         + f"<p>toolkit.plan({html.escape(question)}): {len(plans):,} candidates, {len(meets):,} meeting"
         " the SLO. Each step down the staircase below is a cheaper fleet and the latency it costs.</p>"
         + _table_html(staircase[shown], "Cost-latency staircase", "frontier.csv", open_=True),
+        part="model",
     )
 
 
@@ -186,26 +193,7 @@ def _batching_section(reference: pd.DataFrame, out: Path) -> _Section:
         f" {int(curve['max_concurrent_seqs'].iloc[0]):,} such sequences; the reference ran at most"
         f" {int(reference['in_flight'].max())} in flight.</p>"
         + _table_html(curve, "Batching curve", "batching_curve.csv"),
-    )
-
-
-def _chart_html(chart: alt.TopLevelMixin, slug: str, out: Path) -> str:
-    _panels.save_chart(chart, out / f"{slug}.png", out / f"{slug}.svg")
-    spec = json.dumps(chart.to_dict()).replace("<", "\\u003c")  # no "</script>" can end the block
-    return (
-        f'<figure><div class="chart" data-chart="{slug}"></div>'
-        f'<script type="application/json" id="spec-{slug}">{spec}</script>'
-        f'<figcaption>Static copies: <a href="{slug}.png">PNG</a>, <a href="{slug}.svg">SVG</a>'
-        "</figcaption></figure>"
-    )
-
-
-def _table_html(df: pd.DataFrame, summary: str, csv_name: str, *, open_: bool = False) -> str:
-    table = df.to_html(index=False, escape=True, na_rep="", float_format=lambda v: f"{v:,.4g}", border=0)
-    link = f'<a href="{html.escape(csv_name)}">CSV</a>'
-    return (
-        f"<details{' open' if open_ else ''}><summary>{html.escape(summary)} ({link})</summary>"
-        f'<div class="table">{table}</div></details>'
+        part="model",
     )
 
 
@@ -246,4 +234,5 @@ def _notebook_section(out: Path, base_url: str | None, model: str | None, notebo
     return _Section(
         "Notebooks",
         f"<p>Executed against this run and the catalogs; open them in Jupyter.</p><ul>{items}</ul>",
+        part="appendix",
     )

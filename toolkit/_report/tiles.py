@@ -10,7 +10,7 @@ __all__ = ["decomposition_note", "stat_tiles"]
 
 
 def stat_tiles(levels: pd.DataFrame) -> str:
-    """Headline stat tiles of a sweep as HTML: time for all lanes, decode gain, prefix-cache hits.
+    """Headline stat tiles of a sweep as HTML: time for all lanes, peak decode gain, prefix-cache hits.
 
     Parameters
     ----------
@@ -21,10 +21,11 @@ def stat_tiles(levels: pd.DataFrame) -> str:
     Returns
     -------
     str
-        A ``<div class="tiles">`` of three tiles: wall clock at the top limit against the first,
-        decode tokens/s gain from the first to the top limit, prefix-cache hit range (or n/a). A
-        figure that cannot be known reads "n/a" with the reason; when no lane succeeded at all
-        (``lanes_ok`` all 0) a single tile says so instead.
+        A ``<div class="tiles">`` of three tiles: wall clock at the top limit against the first;
+        the peak decode tokens/s over the first level's, labelled with the peak's limit and every
+        level where throughput fell; the prefix-cache hit rate at the highest limit that reports
+        one, against the first (or n/a). A figure that cannot be known reads "n/a" with the reason;
+        when no lane succeeded at all (``lanes_ok`` all 0) a single tile says so instead.
     """
     df = levels.sort_values("in_flight")
     first, last = df.iloc[0], df.iloc[-1]
@@ -32,27 +33,80 @@ def stat_tiles(levels: pd.DataFrame) -> str:
         total = int(df["lanes"].sum()) if "lanes" in df else "all"
         return _cards([("no lane succeeded", f"{total} lanes failed at every level: see the lanes' errors")])
     lanes = f"for {int(last['lanes'])} lanes " if "lanes" in df else ""
-    gain = last["dec_tok_s"] / first["dec_tok_s"] if first["dec_tok_s"] > 0 else float("nan")
     tiles = [
         (
             _seconds(last["wall_s"]),
             f"{lanes}at {int(last['in_flight'])} in flight, against {_seconds(first['wall_s'])} at"
             f" {int(first['in_flight'])}",
         ),
-        (
-            f"{gain:.1f}x" if gain == gain else "n/a",
-            f"decode throughput ({first['dec_tok_s']:,.0f} to {last['dec_tok_s']:,.0f} tokens/s)"
-            if gain == gain
-            else "decode throughput gain: no successful lane at the first or the top limit",
-        ),
+        _gain_tile(df),
+        _cache_tile(df),
     ]
-    hits = df["prefix_hit_rate"].dropna() if "prefix_hit_rate" in df else pd.Series(dtype=float)
-    if len(hits):
-        lo, hi = round(100 * hits.min()), round(100 * hits.max())
-        tiles.append((f"{lo}%" if lo == hi else f"{lo}-{hi}%", "prefix cache hits (server /metrics)"))
-    else:
-        tiles.append(("n/a", "prefix cache hits: the server exposed no counter"))
     return _cards(tiles)
+
+
+def _gain_tile(df: pd.DataFrame) -> tuple[str, str]:
+    """The peak decode throughput over the first level's, where it peaks and how the curve got there."""
+    first = df.iloc[0]
+    if not first["dec_tok_s"] > 0:
+        return "n/a", "decode throughput gain: no successful lane at the first limit"
+    peak = _peak(df)
+    if peak is None:
+        return "n/a", "decode throughput gain: no successful lane above the first limit"
+    gain = peak["dec_tok_s"] / first["dec_tok_s"]
+    label = (
+        f"peak decode throughput, {_tok(peak['dec_tok_s'])} tokens/s at {int(peak['in_flight'])} in flight,"
+        f" against {_tok(first['dec_tok_s'])} at {int(first['in_flight'])}; {_throughput_shape(df)}"
+    )
+    return f"{gain:.1f}x", label
+
+
+def _cache_tile(df: pd.DataFrame) -> tuple[str, str]:
+    """The prefix-cache hit rate at the highest limit that has one, and at the first for comparison."""
+    hits = df.dropna(subset=["prefix_hit_rate"]) if "prefix_hit_rate" in df else df.iloc[:0]
+    if not len(hits):
+        return "n/a", "prefix cache hits: the server exposed no counter"
+    low, top = hits.iloc[0], hits.iloc[-1]
+    label = f"of prompt tokens hit the prefix cache at {int(top['in_flight'])} in flight (server /metrics)"
+    if len(hits) > 1:
+        label += f", against {low['prefix_hit_rate']:.0%} at {int(low['in_flight'])}"
+    return f"{top['prefix_hit_rate']:.0%}", label
+
+
+def _peak(levels: pd.DataFrame) -> pd.Series | None:
+    """The level of highest decode throughput (the lowest limit among ties), None when none has one."""
+    df = levels.sort_values("in_flight")
+    finite = df[df["dec_tok_s"].notna()]
+    return finite.loc[finite["dec_tok_s"].idxmax()] if len(finite) else None
+
+
+def _throughput_shape(levels: pd.DataFrame) -> str:
+    """How decode throughput moves with the limit, in words: every dip, and every level without one.
+
+    ``levels``: ``in_flight`` and ``dec_tok_s`` (tokens/s). Returns "it rises at every step", or each
+    level whose throughput fell below the finite level before it ("it falls at 2 in flight (40
+    tokens/s after 50)"), followed by the levels where no request completed (NaN throughput).
+    """
+    df = levels.sort_values("in_flight")
+    missing = [str(int(n)) for n in df.loc[df["dec_tok_s"].isna(), "in_flight"]]
+    none = f"; no request completed at {', '.join(missing)} in flight" if missing else ""
+    df = df[df["dec_tok_s"].notna()]
+    if len(df) < 2:
+        return "one level only" + none
+    before = df["dec_tok_s"].shift()
+    dips = df[df["dec_tok_s"] < before]
+    if not len(dips):
+        return "it rises at every step" + none
+    falls = [
+        f"{int(row['in_flight'])} in flight ({_tok(row['dec_tok_s'])} tokens/s after {_tok(prev)})"
+        for (_, row), prev in zip(dips.iterrows(), before[dips.index], strict=True)
+    ]
+    return "it falls at " + " and at ".join(falls) + none
+
+
+def _tok(value: float) -> str:
+    """A throughput in tokens/s: whole tokens from 100 up, three significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _seconds(value: float) -> str:
