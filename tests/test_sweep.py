@@ -69,6 +69,25 @@ def test_inter_token_latency_is_the_gap_between_content_chunks():
     assert math.isnan(single.itl_ms_p50) and math.isnan(single.itl_ms_max)  # one token has no gap
 
 
+def test_latency_stats_pool_every_token_gap_and_levels_carry_itl_e2e_and_token_rates():
+    # 2 lanes x 6 tokens, 50 ms apart after the first: 2 x 5 = 10 gaps of about 50 ms
+    with StreamingServer(tokens=6, ttft_s=0.1, itl_s=0.05) as srv:
+        res = run(srv, ["one two three", "four five"], limits=(2,), max_tokens=6, tag_levels=False)
+    stats = res.latency_stats(percentiles=(50, 75)).set_index("metric")
+    assert stats.loc["itl_ms", "count"] == 10 and stats.loc["ttft_ms", "count"] == 2
+    assert stats.loc["itl_ms", "p50"] == pytest.approx(50, abs=SLACK_S * 1000 / 5)
+    assert list(stats.columns) == ["in_flight", "rate_rps", "count", "mean", "std", "min", "max", "p50", "p75"]
+    level = res.levels.iloc[0]
+    assert level.itl_p50_ms == pytest.approx(50, abs=SLACK_S * 1000 / 5)
+    e2e = res.lanes["e2e_ms"].to_numpy()
+    assert level.e2e_p50_ms == pytest.approx((e2e[0] + e2e[1]) / 2)  # the median of two values
+    # prompts are 3 + 2 words = 5 tokens by the server's count, outputs 2 x 6 = 12
+    assert level.input_tok_s == pytest.approx(5 / level.wall_s)
+    assert level.total_tok_s == pytest.approx(17 / level.wall_s)
+    with pytest.raises(ValueError, match="percentiles"):
+        res.latency_stats(percentiles=(50, 101))
+
+
 def test_tokens_come_from_usage_and_prompt_tokens_from_the_server_count():
     with StreamingServer(tokens=4) as srv:
         lane = run(srv, ["one two three"], system_prompt="sys tem", tag_levels=False).lanes.iloc[0]
@@ -423,10 +442,11 @@ def test_a_used_out_dir_needs_resume(tmp_path):
 
 
 def test_deadline_stops_cleanly_and_resume_runs_only_the_rest(tmp_path):
-    # lane i takes 0.1 s; at limit 1 a 0.25 s deadline lets lanes 0 and 1 finish and cuts lane 2
-    with StreamingServer(tokens=1, ttft_s=0.1) as srv:
+    # lane i takes 0.4 s; at limit 1 a 1.0 s deadline (which also covers the probe and the first
+    # /metrics scrape, up to 0.2 s) lets lanes 0 and 1 finish and cuts lane 2
+    with StreamingServer(tokens=1, ttft_s=0.4) as srv:
         with pytest.warns(RuntimeWarning, match="deadline"):
-            first = run(srv, [f"p{i}" for i in range(5)], out_dir=tmp_path, deadline_s=0.25)
+            first = run(srv, [f"p{i}" for i in range(5)], out_dir=tmp_path, deadline_s=1.0)
         assert "deadline" in first.stopped
         done = first.lanes[first.lanes["final"].astype(bool)]
         cut = first.lanes[first.lanes["cancelled"].astype(bool)]

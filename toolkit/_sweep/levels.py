@@ -73,6 +73,14 @@ LEVEL_COLUMNS = [
     "server_output_tokens",
     "llm_ms_per_token",
     "elasticity",
+    "itl_p50_ms",
+    "itl_p95_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "e2e_p99_ms",
+    "input_tok_s",
+    "total_tok_s",
 ]
 RUN_COLUMNS = [*LEVEL_COLUMNS, "repeat", "reason"]
 AGGREGATE_COLUMNS = [*LEVEL_COLUMNS, "repeats", "wall_s_ci95", "dec_tok_s_ci95", "reason"]
@@ -127,6 +135,8 @@ def summarize(
         "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
         "dec_tok_s": out_tokens / wall_s,
+        "input_tok_s": prompt_tokens / wall_s,
+        "total_tok_s": (prompt_tokens + out_tokens) / wall_s,
         "lanes_ok": ok_lanes,
         "prefix_hit_rate": server_hit_rate,
         "provider_cached_rate": cached_rate,
@@ -146,14 +156,26 @@ def summarize(
 
 
 def percentiles(measured: pd.DataFrame) -> dict[str, float]:
-    """TTFT and TPOT p50/p95/p99 (ms, linear interpolation) over the finite values in ``measured``."""
+    """TTFT, TPOT, ITL and E2E p50/p95/p99 (ms, linear interpolation) over the finite values in
+    ``measured``; ITL pools every gap between content chunks of every answer."""
     out = {}
-    for metric in ("ttft", "tpot"):
-        values = measured[f"{metric}_ms"].to_numpy(dtype=float) if len(measured) else np.array([])
-        values = values[np.isfinite(values)]
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        values = metric_values(measured, metric)
         for p in _PERCENTILES:
             out[f"{metric}_p{p}_ms"] = float(np.percentile(values, p)) if values.size else NAN
     return out
+
+
+def metric_values(measured: pd.DataFrame, metric: str) -> np.ndarray:
+    """The finite values of one latency metric (ms): per answer, or per gap for ``itl``."""
+    if not len(measured):
+        return np.array([])
+    if metric == "itl":
+        gaps = [g for lst in measured.get("itl_ms", pd.Series(dtype=object)) if isinstance(lst, list) for g in lst]
+        values = np.asarray(gaps, dtype=float)
+    else:
+        values = measured[f"{metric}_ms"].to_numpy(dtype=float)
+    return values[np.isfinite(values)]
 
 
 def _goodput(records: pd.DataFrame, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> float:

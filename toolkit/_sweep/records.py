@@ -66,6 +66,7 @@ LANE_COLUMNS = [
     "itl_ms_max",
     *_SERVER_TIMINGS,
     "session",
+    "itl_ms",
 ]
 
 
@@ -194,6 +195,8 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "cancelled": False,
         "itl_ms_p50": float(np.median(gaps_ms)) if gaps_ms is not None else NAN,
         "itl_ms_max": float(gaps_ms.max()) if gaps_ms is not None else NAN,
+        # every gap, so that a level's ITL percentiles pool its tokens as vLLM's benchmark does
+        "itl_ms": [round(float(g), 3) for g in gaps_ms] if gaps_ms is not None else [],
     }
     for column, key in _SERVER_TIMINGS.items():
         record[column] = _timing(timings.get(key)) if ok else NAN

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
+
+from toolkit._args import check_number
+from toolkit._sweep.levels import metric_values
 
 __all__ = ["SweepResult"]
 
@@ -22,8 +28,10 @@ class SweepResult:
         ``postprocess_s`` (s), ``outcome`` (ok, rejected or error), ``error`` (text), then
         ``repeat``, ``rate_rps``, ``final``, ``cancelled``, ``tokens_from_usage``, ``content_chunks``,
         ``status_code``, ``retry_after_s``, ``start_s``/``end_s`` (s from the level's start),
-        ``itl_ms_p50``/``itl_ms_max`` (median and longest gap between content chunks, ms), llama.cpp's ``server_tpot_ms``, ``server_predicted_ms``, ``server_predicted_n``,
-        ``server_prompt_ms``, ``server_prompt_n``, ``server_cache_n`` and ``session``.
+        ``itl_ms_p50``/``itl_ms_max`` (median and longest gap between content chunks, ms), llama.cpp's
+        ``server_tpot_ms``, ``server_predicted_ms``, ``server_predicted_n``,
+        ``server_prompt_ms``, ``server_prompt_n``, ``server_cache_n``, ``session`` and ``itl_ms`` (the list
+        of every gap between content chunks, ms).
     levels : pandas.DataFrame
         One row per level (repeats averaged): ``in_flight``, ``lanes``, ``wall_s`` (s),
         ``s_per_candidate`` (s, wall / lanes finished), ``speedup``, ``llm_sum_s`` (s), ``achieved_concurrency``,
@@ -32,7 +40,9 @@ class SweepResult:
         ``provider_cached_rate``, ``ttft_p50_ms`` ... ``tpot_p99_ms`` (ms), ``verdict``, then
         ``rate_rps``, ``achieved_rps``, ``goodput_rps`` (req/s), ``attempts``, ``lanes_failed``,
         ``lanes_unfinished``, ``server_output_tokens``, ``llm_ms_per_token``, ``elasticity``,
-        ``repeats``, ``wall_s_ci95``, ``dec_tok_s_ci95`` (95% CI half-widths) and ``reason``.
+        ``itl_p50_ms`` ... ``itl_p99_ms`` (every token gap pooled), ``e2e_p50_ms`` ... ``e2e_p99_ms`` (ms),
+        ``input_tok_s`` and ``total_tok_s`` (prompt and prompt-plus-output tokens per second of wall
+        clock), ``repeats``, ``wall_s_ci95``, ``dec_tok_s_ci95`` (95% CI half-widths) and ``reason``.
     runs : pandas.DataFrame
         One row per level and repeat, the level columns plus ``repeat``.
     params : dict
@@ -46,3 +56,37 @@ class SweepResult:
     runs: pd.DataFrame
     params: dict = field(default_factory=dict)
     stopped: str = ""
+
+    def latency_stats(self, percentiles: Sequence[float] = (50, 90, 95, 99)) -> pd.DataFrame:
+        """Distribution of each latency metric per level, over the answers that completed.
+
+        Parameters
+        ----------
+        percentiles : sequence of float
+            Percentiles to report (each from 0 to 100; linear interpolation).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per level (``in_flight``, ``rate_rps``) and metric (``ttft_ms``, ``itl_ms``,
+            ``tpot_ms``, ``e2e_ms``; ITL pools every gap between content chunks), with ``count``,
+            ``mean``, ``std`` (sample), ``min``, ``max`` and one ``p<q>`` column per percentile, all
+            in ms. A metric with no value at a level has ``count`` 0 and NaN elsewhere.
+        """
+        qs = [check_number("percentiles", q, low=0, high=100) for q in percentiles]
+        rows = []
+        measured = self.lanes[self.lanes["outcome"].isin(["ok", "rejected"])]
+        for (in_flight, rate), level in measured.groupby(["in_flight", "rate_rps"], sort=False, dropna=False):
+            for metric in ("ttft", "itl", "tpot", "e2e"):
+                v = metric_values(level, metric)
+                row = {"in_flight": in_flight, "rate_rps": rate, "metric": f"{metric}_ms", "count": v.size}
+                row.update(
+                    mean=v.mean() if v.size else math.nan,
+                    std=v.std(ddof=1) if v.size > 1 else math.nan,
+                    min=v.min() if v.size else math.nan,
+                    max=v.max() if v.size else math.nan,
+                )
+                row.update({f"p{q:g}": float(np.percentile(v, q)) if v.size else math.nan for q in qs})
+                rows.append(row)
+        columns = ["in_flight", "rate_rps", "metric", "count", "mean", "std", "min", "max", *(f"p{q:g}" for q in qs)]
+        return pd.DataFrame(rows, columns=columns)
