@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from fault_server import FaultServer
 
 import toolkit
 
@@ -100,3 +103,29 @@ def test_a_closed_pipe_ends_quietly():
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()
     assert proc.returncode == 0
+
+
+def test_report_json_gives_the_paths_and_the_conclusion(tmp_path):
+    out = tmp_path / "rep"
+    done = _run("report", "--recorded", "--no-notebooks", "--quiet", "--json", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert Path(payload["index"]) == out / "index.html" and (out / "index.html").exists()
+    # the recorded run's verdict at its top limit, as levels.csv says
+    verdict = pd.read_csv(out / "levels.csv").sort_values("in_flight")["verdict"].iloc[-1]
+    assert verdict in payload["conclusion"]
+
+
+def test_sweep_json_prints_the_levels(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("one two\nthree four five\n")
+    with FaultServer(tokens=3, token_delay_s=0) as srv:
+        done = _run(
+            "sweep", "--base-url", srv.base_url, "--model", "fault-model", "--prompts", str(prompts),
+            "--limits", "1,2", "--max-tokens", "3", "--quiet", "--json",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert [row["in_flight"] for row in payload["levels"]] == [1, 2]
+    assert all(row["output_tokens"] == 2 * 3 for row in payload["levels"])  # 2 lanes x 3 tokens
+    assert payload["stopped"] == ""

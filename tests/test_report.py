@@ -489,4 +489,5 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
         "name": "x",
         "recorded": True,
         "execute_notebooks": False,
+        "progress": True,
     }

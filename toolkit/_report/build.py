@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tqdm.auto import tqdm
+
 from toolkit._report.conclusion import conclusion
 from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run
 from toolkit._report.page import _page, _slug
@@ -37,6 +39,7 @@ def build_report(
     api_key: str | None = None,
     notebook_dir: str | Path = NOTEBOOK_DIR,
     reports_dir: str | Path = REPORTS_DIR,
+    progress: bool = True,
 ) -> Path:
     """Measure a server, draw the results beside the reference run, and write the HTML report.
 
@@ -72,6 +75,8 @@ def build_report(
         Folder of the notebooks to execute (default ``notebooks`` under the working directory).
     reports_dir : str or pathlib.Path
         Folder the default ``out_dir`` goes under (default ``reports`` under the working directory).
+    progress : bool
+        Show a progress bar of the report's steps (measuring, charts, notebooks, page).
 
     Returns
     -------
@@ -93,6 +98,8 @@ def build_report(
     name = name or default_name
     out = Path(out_dir) if out_dir is not None else Path(reports_dir) / f"{dt.date.today().isoformat()}-{_slug(name)}"
     out.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=4, desc="report", unit="step", disable=not progress)
+    bar.set_postfix_str("measuring")
     if base_url:
         run = _measure(base_url, model, api_key, out, REMOTE_SWEEP, f"{model or 'server'} at {_display_url(base_url)}")
     elif recorded:
@@ -102,11 +109,20 @@ def build_report(
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)
+    bar.update()
+    bar.set_postfix_str("charts and tables")
     accuracy = _accuracy_table(run)
     sections = _sections(run, out, accuracy)
+    bar.update()
+    bar.set_postfix_str("notebooks")
     if execute_notebooks:
         sections.append(_notebook_section(out, base_url, model, Path(notebook_dir)))
+    bar.update()
+    bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)
+    (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")
+    bar.update()
+    bar.close()
     return index

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 __all__: list[str] = []
@@ -35,6 +36,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "--recorded", action="store_true", help="draw the recorded run shipped with the package, measure nothing"
     )
     p.add_argument("--no-notebooks", action="store_true", help="do not execute the notebooks")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the report's paths and its conclusion as JSON")
     p.set_defaults(func=_cli)
 
 
@@ -48,6 +51,11 @@ def _cli(args: argparse.Namespace) -> int:
         name=args.name,
         recorded=args.recorded,
         execute_notebooks=not args.no_notebooks,
+        progress=not args.quiet,
     )
-    print(index)
+    if args.json:
+        summary = (index.parent / "conclusion.txt").read_text(encoding="utf-8").strip()
+        print(json.dumps({"index": str(index), "folder": str(index.parent), "conclusion": summary}))
+    else:
+        print(index)
     return 0

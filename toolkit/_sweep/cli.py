@@ -80,6 +80,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="folder for lanes.jsonl, runs.csv, levels.csv, run.json")
     p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the levels (and how the sweep ended) as JSON")
     p.set_defaults(func=_run)
 
 
@@ -125,7 +126,11 @@ def _run(args: argparse.Namespace) -> int:
             result = run_sweep(server.base_url, args.model, prompts, **kwargs)
     else:
         result = run_sweep(args.base_url, args.model, prompts, **kwargs)
-    print(result.levels[[c for c in DEFAULT_COLUMNS if c in result.levels]].to_string(index=False))
+    if args.json:
+        levels = json.loads(result.levels.to_json(orient="records"))
+        print(json.dumps({"levels": levels, "stopped": result.stopped, "out": str(args.out) if args.out else None}))
+    else:
+        print(result.levels[[c for c in DEFAULT_COLUMNS if c in result.levels]].to_string(index=False))
     if args.out is not None:
         print(f"written to {args.out}", file=sys.stderr)
     if result.stopped:

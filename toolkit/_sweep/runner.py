@@ -78,6 +78,7 @@ class _Runner:
         self.nonce = self.out.nonce
         self.records = [_from_json(r) for r in self.out.records if not r.get("cancelled")]
         self.previous_runs = self.out.previous_runs
+        overall = tqdm(total=len(self.plan.levels), desc="sweep", unit="level", disable=not self.plan.progress)
         try:
             for level in self.plan.levels:
                 if time.monotonic() >= self.loop_deadline:
@@ -86,6 +87,7 @@ class _Runner:
                 await self._run_level(level)
                 result = self._result()
                 self.out.write_tables(result.runs, result.levels, "running")
+                overall.update()
         except asyncio.CancelledError:
             self.stopped = "interrupted"
             raise
@@ -95,6 +97,7 @@ class _Runner:
                 result.runs, result.levels, f"stopped: {self.stopped}" if self.stopped else "complete"
             )
             self.out.close()
+            overall.close()
         if self.stopped:
             warnings.warn(f"sweep stopped early: {self.stopped}", RuntimeWarning, stacklevel=3)
         return result
@@ -117,7 +120,7 @@ class _Runner:
             "session": self.session,
         }
         before = await self._scrape()
-        bar = tqdm(total=len(todo), desc=level.label, unit="lane", leave=False, disable=not plan.progress)
+        bar = tqdm(total=len(todo), desc=level.label, unit="lane", leave=False, position=1, disable=not plan.progress)
         cap = asyncio.Semaphore(level.in_flight)
         tasks: list[asyncio.Task] = []
         interrupted = False
