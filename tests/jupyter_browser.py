@@ -8,6 +8,9 @@ off so that every cell is in the page (and in the screenshot).
 
 Run as a script: ``python tests/jupyter_browser.py OUT_DIR [NOTEBOOK ...]`` writes ``OUT_DIR/<name>.png``
 and ``OUT_DIR/notebooks.json`` (per notebook: cells, chart outputs, errors, blocked requests).
+``--from-report FILE`` (the JSON ``python -m toolkit report --json`` printed, as ``make report``
+does) writes them to ``<report folder>/notebook-screenshots`` with the notebooks drawing that report's
+sweep (``TOOLKIT_SWEEP_DIR``).
 """
 
 from __future__ import annotations
@@ -193,6 +196,10 @@ def _run_one(browser, base: str, token: str, name: str, screenshots: Path | None
 
 def main(argv: list[str]) -> int:
     """Script entry: screenshots of the notebooks (default: all) into argv[0]."""
+    if argv[:1] == ["--from-report"]:
+        folder = Path(json.loads(Path(argv[1]).read_text())["folder"])
+        os.environ["TOOLKIT_SWEEP_DIR"] = str(folder.resolve())
+        argv = [str(folder / "notebook-screenshots"), *argv[2:]]
     out = Path(argv[0])
     notebooks = [Path(a) for a in argv[1:]] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     if chromium() is None:
