@@ -118,6 +118,26 @@ def test_fit_recovers_known_parameters_from_noisy_measurements():
     assert row["n_obs"] == 2 * 32 * len(LIMITS)
 
 
+def test_a_parameter_the_data_do_not_exercise_is_held_not_traded():
+    # TPOT only (TTFT unknown): the per-request overhead enters no observation, so it cannot be
+    # fitted; it is held at its default with the reason, and the decode terms are still recovered
+    lanes = _synthetic_lanes(TRUTH, seed=5, noise=0.01).assign(ttft_ms=np.nan)
+    row = calibrate(lanes, "Llama-3.1-8B", "H100 SXM", "bf16").iloc[0]
+    default = efficiency_defaults()["value"]["request_overhead_ms"]
+    assert "request_overhead_ms" in row["held"].split(",") and row["request_overhead_ms"] == default
+    assert "do not constrain" in row["held_reason"]
+    assert row["mbu"] == pytest.approx(TRUTH["mbu"], rel=0.05)
+    assert "mbu" in row["fitted"].split(",") and "request_overhead_ms" not in row["fitted"].split(",")
+    for name in row["fitted"].split(","):  # what stays fitted is identified: SE within 25% of the value
+        assert row[f"{name}_se"] <= 0.25 * abs(row[name]), name
+
+
+def test_a_fully_identified_fit_holds_nothing():
+    row = calibrate(_synthetic_lanes(TRUTH, seed=7), "Llama-3.1-8B", "H100 SXM", "bf16").iloc[0]
+    assert row["held"] == "" and row["fitted"] == "mbu,mfu,step_overhead_ms,request_overhead_ms"
+    assert 0 <= row["max_abs_correlation"] <= 1 and row["condition_number"] >= 1
+
+
 def test_fitting_a_subset_keeps_the_other_defaults():
     fitted = calibrate(_synthetic_lanes(TRUTH, seed=1), "Llama-3.1-8B", "H100 SXM", "bf16", fit=("mfu",))
     defaults = efficiency_defaults()["value"]

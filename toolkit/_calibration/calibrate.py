@@ -87,8 +87,11 @@ def calibrate(
         ``request_overhead_ms`` (ms); their standard errors ``mbu_se`` ... (same units, NaN where
         unconstrained); ``residual_rms`` (RMS relative residual over all observations),
         ``ttft_residual_rms``, ``tpot_residual_rms``; ``n_obs``, ``n_ttft``, ``n_tpot``; ``fitted``
-        (the fitted names, comma-separated); ``model``, ``gpu``, ``quant``, ``tensor_parallel``,
-        ``kv_dtype``.
+        (the names fitted and identified, comma-separated); ``held`` (names asked for but not
+        identified: standard error above 25% of the value, or none; each held at its default) and
+        ``held_reason``; ``condition_number`` (of the Jacobian scaled by the parameters) and
+        ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
+        ``tensor_parallel``, ``kv_dtype``.
     """
     fit = tuple(fit)
     if not fit:
@@ -115,8 +118,8 @@ def calibrate(
     def build(**params):
         return cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, **params)
 
-    result = _fit.fit(obs, build, defaults, fit, limits)
-    row: dict[str, object] = dict(result["params"])
+    result, held = _identified_fit(obs, build, defaults, fit, limits)
+    row: dict[str, object] = dict(result.get("params", defaults))
     row.update({f"{name}_se": result["se"].get(name, np.nan) for name in _fit.PARAMETERS})
     row["residual_rms"] = result["rms"]
     row["ttft_residual_rms"] = result["rms_by_kind"].get("ttft", np.nan)
@@ -124,7 +127,11 @@ def calibrate(
     row["n_obs"] = len(obs)
     row["n_ttft"] = int((obs["kind"] == "ttft").sum())
     row["n_tpot"] = int((obs["kind"] == "tpot").sum())
-    row["fitted"] = ",".join(fit)
+    row["fitted"] = ",".join(n for n in fit if n not in held)
+    row["held"] = ",".join(held)
+    row["held_reason"] = "; ".join(held.values())
+    row["condition_number"] = result["condition_number"]
+    row["max_abs_correlation"] = result["max_abs_correlation"]
     row.update(
         {
             "model": base.model["name"],
@@ -135,6 +142,31 @@ def calibrate(
         }
     )
     return pd.DataFrame([row])
+
+
+def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object], dict[str, str]]:
+    """Fit, then hold at its default every parameter the data do not identify, one at a time.
+
+    A parameter is identified when its standard error is at most ``MAX_RELATIVE_SE`` of its value.
+    The worst one (no standard error at all counts as worst) is held and the rest refitted, until
+    every fitted parameter is identified or none is left; a held parameter is never traded silently
+    against another.
+    """
+    names, held = list(fit), {}
+    while names:
+        result = _fit.fit(obs, build, defaults, names, limits)
+        rel = {n: result["se"][n] / abs(result["params"][n]) if result["params"][n] else np.inf for n in names}
+        loose = {n: r for n, r in rel.items() if not result["constrained"][n] or r > _fit.MAX_RELATIVE_SE}
+        if not loose:
+            return result, held
+        worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
+        held[worst] = f"{worst} held at its default {defaults[worst]:g}: " + (
+            "the data do not constrain it"
+            if np.isnan(rel[worst])
+            else f"its standard error is {rel[worst]:.0%} of its value"
+        )
+        names.remove(worst)
+    return {**_fit.residuals_at(obs, build(**defaults)), "params": dict(defaults)}, held
 
 
 def accuracy(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

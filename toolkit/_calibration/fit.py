@@ -40,6 +40,9 @@ __all__: list[str] = []
 # Every tunable efficiency of the cost model can be fitted; a sweep identifies these four by default.
 PARAMETERS = tuple(TUNABLE_EFFICIENCIES)
 DEFAULT_FIT = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
+# A fitted parameter whose standard error exceeds this share of its value is not identified by the
+# data; calibrate() holds it at its default rather than let it trade against the others.
+MAX_RELATIVE_SE = 0.25
 # Fit bounds from the cost model's ranges: an open lower bound of 0 becomes a small positive floor
 # (the serving model rejects a utilisation of 0); an open upper bound is infinite.
 BOUNDS = {
@@ -230,9 +233,16 @@ def fit(
             best = result
     params = params_of(best.x)
     resid = best.fun
+    se, corr, cond = _uncertainty(best.jac, resid, best.x)
+    sensitive = np.linalg.norm(best.jac, axis=0) > 1e-9
     return {
         "params": params,
-        "se": dict(zip(names, _standard_errors(best.jac, resid))),
+        "se": dict(zip(names, se)),
+        # the residuals move with the parameter (an exactly determined fit has no standard error
+        # but is still identified)
+        "constrained": dict(zip(names, map(bool, sensitive))),
+        "max_abs_correlation": corr,
+        "condition_number": cond,
         "residuals": resid,
         "rms": float(np.sqrt(np.mean(resid**2))),
         "rms_by_kind": {
@@ -255,18 +265,43 @@ def _starts(defaults: Mapping[str, float], names: Sequence[str], low: np.ndarray
             yield np.clip(x0, low, high)
 
 
-def _standard_errors(jac: np.ndarray, resid: np.ndarray) -> np.ndarray:
-    """Linearised standard errors; NaN for a parameter the residuals do not depend on."""
+def residuals_at(obs: pd.DataFrame, model: CostModel) -> dict[str, object]:
+    """The fit's summary when nothing is fitted: relative residuals of ``model`` as it is."""
+    resid = predict_ms(model, obs) / obs["measured_ms"].to_numpy() - 1.0
+    kinds = obs["kind"].to_numpy()
+    return {
+        "se": {},
+        "max_abs_correlation": math.nan,
+        "condition_number": math.nan,
+        "residuals": resid,
+        "rms": float(np.sqrt(np.mean(resid**2))),
+        "rms_by_kind": {
+            k: float(np.sqrt(np.mean(resid[kinds == k] ** 2))) for k in ("ttft", "tpot") if (kinds == k).any()
+        },
+    }
+
+
+def _uncertainty(jac: np.ndarray, resid: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Linearised standard errors (NaN for a parameter the residuals do not depend on), the largest
+    absolute correlation between two fitted parameters, and the condition number of the Jacobian
+    scaled by the parameters (so that units do not count)."""
     n, k = jac.shape
     se = np.full(k, np.nan)
     sensitive = np.linalg.norm(jac, axis=0) > 1e-9
+    scaled = jac * np.where(x != 0, np.abs(x), 1.0)
+    cond = float(np.linalg.cond(scaled)) if k else math.nan
     if n <= sensitive.sum() or not sensitive.any():
-        return se
+        return se, math.nan, cond
     j = jac[:, sensitive]
     sigma2 = float(resid @ resid) / (n - sensitive.sum())
     try:
         cov = np.linalg.inv(j.T @ j) * sigma2
     except np.linalg.LinAlgError:
-        return se
-    se[sensitive] = np.sqrt(np.clip(np.diag(cov), 0, None))
-    return se
+        return se, math.nan, math.inf
+    sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    se[sensitive] = sd
+    corr = math.nan
+    if sensitive.sum() > 1 and np.all(sd > 0):
+        c = cov / np.outer(sd, sd)
+        corr = float(np.max(np.abs(c[~np.eye(len(sd), dtype=bool)])))
+    return se, corr, cond
