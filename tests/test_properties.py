@@ -213,6 +213,7 @@ NOT_NUMERIC: dict[str, str] = {
     "decomposition_note": "takes a DataFrame",
     "notebook_levels": "takes a URL, a model name and a folder",
     "WorkloadDescription": "a result record returned by describe_workload",
+    "notebook_setup": "takes a renderer name; a bad one is a ValueError (test_notebook_setup_refuses_an_unknown_renderer)",
 }
 
 # fields a docstring documents as possibly infinite or missing

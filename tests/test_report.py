@@ -491,3 +491,22 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
         "execute_notebooks": False,
         "progress": True,
     }
+
+
+def test_notebook_setup_picks_an_offline_renderer():
+    import altair as alt
+
+    before = alt.renderers.active
+    try:
+        assert toolkit.notebook_setup("svg") == "svg" and alt.renderers.active == "svg"
+        assert pd.get_option("display.max_colwidth") is None
+        # anywidget is in the notebooks extra, installed by make: auto picks the interactive one
+        assert toolkit.notebook_setup() == "jupyter" and alt.renderers.active == "jupyter"
+    finally:
+        alt.renderers.enable(before)
+        pd.reset_option("display.max_colwidth")
+
+
+def test_notebook_setup_refuses_an_unknown_renderer():
+    with pytest.raises(ValueError, match="renderer"):
+        toolkit.notebook_setup("cdn")
