@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -510,3 +511,19 @@ def test_notebook_setup_picks_an_offline_renderer():
 def test_notebook_setup_refuses_an_unknown_renderer():
     with pytest.raises(ValueError, match="renderer"):
         toolkit.notebook_setup("cdn")
+
+
+def test_a_report_measured_on_a_busy_host_says_so_first(tmp_path, monkeypatch):
+    from fault_server import FaultServer
+
+    import toolkit._report.measure as measure
+
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(measure.os, "getloadavg", lambda: (cores * 0.5 + 1.0, 0.0, 0.0))  # over half the cores
+    with FaultServer(tokens=3, token_delay_s=0) as srv:
+        index = toolkit.build_report(
+            out_dir=tmp_path, base_url=srv.base_url, model="fault-model", execute_notebooks=False, progress=False
+        )
+    conclusion = (tmp_path / "conclusion.txt").read_text()
+    assert conclusion.startswith("Measured on a busy host")
+    assert "busy host" in index.read_text()

@@ -120,6 +120,8 @@ def build_report(
     bar.update()
     bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)
+    if "warning" in run.conditions:
+        summary = run.conditions["warning"] + "\n" + summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -20,6 +21,9 @@ LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128}
 
 
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
+# A host whose 1-minute load average exceeds this per core before a measurement is busy: something
+# else holds at least half of its cores.
+BUSY_LOAD_PER_CORE = 0.5
 
 
 RECORDED_SHOWN = (
@@ -85,6 +89,7 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
 
     system_prompt, prompts = lane_prompts(settings["lanes"])
     started = dt.datetime.now().isoformat(timespec="seconds")
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
     result = run_sweep(
         base_url,
         model,
@@ -101,7 +106,13 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
         "model": str(result.params.get("model", model)),
         "sweep": f"{settings['lanes']} lanes at in-flight limits {', '.join(map(str, settings['limits']))},"
         f" max {settings['max_tokens']} output tokens, prompts from toolkit._sweep.prompts",
+        "host load": f"{load:.2f} (1-minute load average when the sweep started; {cores} cores)",
     }
+    if load > BUSY_LOAD_PER_CORE * cores:
+        conditions["warning"] = (
+            f"Measured on a busy host: the load average was {load:.2f} on {cores} cores when the sweep began, so "
+            "other work competed with the server and the client; treat every figure here as indicative only."
+        )
     return _Run(result.levels, result.lanes, label, conditions)
 
 
