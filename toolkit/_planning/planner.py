@@ -51,7 +51,8 @@ from toolkit._model.catalog import gpus as gpu_catalog
 from toolkit._model.catalog import models as model_catalog
 from toolkit._model.catalog import quantizations as quant_catalog
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
-from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
+from toolkit._planning.evaluate import _Evaluator
+from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _percentile_label, _specs
 from toolkit._planning.workload import check_on_trace, trace_variability
@@ -178,33 +179,11 @@ def plan(
     )
     const = _constants()
     ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
-    idx, cfg, replicas, at, cost, per_1m, meets, binding = _fleets(ev, grid, replicas_max, output, budget, const)
-
-    columns = {name: grid.configs[name][cfg] for name in ("model", "gpu", "quant")}
-    columns.update(
-        {
-            "backend": grid.backend[idx],
-            "tensor_parallel": grid.configs["tensor_parallel"][cfg],
-            "replicas": replicas,
-            "batch": grid.batch[idx],
-            "utilization": at["utilization"],
-            "ttft_ms": at["ttft_ms"],
-            "tpot_ms": at["tpot_ms"],
-            f"e2e_p{_percentile_label(pct)}_ms": at["e2e_ms"],
-            "cost_usd_month": cost,
-            "cost_usd_per_1m_tokens": per_1m,
-            "quality": grid.configs["quality"][cfg],
-            "meets_slo": meets,
-            "binding_constraint": binding.astype(str),
-        }
+    e2e = f"e2e_p{_percentile_label(pct)}_ms"
+    table = pd.DataFrame(
+        fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
     )
-    columns["warnings"] = _warnings(
-        columns, grid.configs["interconnect_gb_s"][cfg], workload, cs2, underestimated, const
-    )
-    order = np.lexsort((at["e2e_ms"], cost, ~meets))
-    table = pd.DataFrame({name: column[order] for name, column in columns.items()})
     if trace is not None:
-        e2e = f"e2e_p{_percentile_label(pct)}_ms"
         table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
     return table
 
@@ -229,70 +208,3 @@ def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]
     check_choice("workload", workload, tuple(presets.index))
     underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
     return workload, float(presets.loc[workload, "cs2"]), 1.0, underestimated
-
-
-def _fleets(ev: _Evaluator, grid, replicas_max: int, output: int, budget: float | None, const: dict):
-    """The fewest replicas per candidate that meet the SLOs (else the fewest stable), their
-    latencies, costs, verdicts and binding constraints."""
-    n = grid.batch.size
-    stable_at, meeting, at = _search(ev, n, replicas_max)
-    keep = stable_at > 0
-    replicas = np.where(meeting > 0, meeting, stable_at)[keep]
-    idx = np.flatnonzero(keep)
-    # Only candidates that needed more replicas than the fewest stable are evaluated again.
-    moved = np.flatnonzero(replicas != stable_at[keep])
-    if moved.size:
-        again = ev.evaluate(idx[moved], replicas[moved])
-        for key, value in again.items():
-            at[key][moved] = value
-    cfg = grid.cfg[idx]
-    hours = const["hours_per_month"]
-    cost = grid.gpu_cost_hour[cfg] * replicas * hours
-    per_1m = grid.gpu_cost_hour[cfg] / (at["lam"] * output * 3600.0) * 1e6
-    within = np.ones(idx.size, dtype=bool) if budget is None else cost <= budget
-    meets = at["meets"] & within
-
-    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
-    binding = np.where(at["meets"] & ~within, "budget", binding)
-    more = np.flatnonzero(at["meets"] & (replicas > 1))
-    if more.size:
-        fewer = ev.evaluate(idx[more], replicas[more] - 1)
-        broke = _first_failure(fewer)
-        capped = (broke == "capacity") & grid.at_cap[idx[more]]
-        binding[more] = np.where(capped, grid.cap_reason[idx[more]], broke)
-        binding[more] = np.where(within[more], binding[more], "budget")
-
-    return idx, cfg, replicas, at, cost, per_1m, meets, binding
-
-
-def _warnings(
-    out: dict[str, np.ndarray], interconnect: np.ndarray, workload: str, cs2: float, underestimated: bool, const: dict
-) -> np.ndarray:
-    """One '; '-joined string per row: each row's set of warnings is coded as a bit pattern, and each
-    pattern that occurs is joined once."""
-    rows = out["utilization"].size
-    util = out["utilization"]
-    pcie = (out["tensor_parallel"] > 1) & (interconnect <= const["pcie_interconnect_gb_s"])
-    checks = [
-        (
-            np.full(rows, underestimated),
-            f"high service-time variance ({workload}, cs2={cs2:g}): the closed-form wait under-estimates the "
-            "tail at this variance (workload_presets()); validate with simulate() or a load test",
-        ),
-        (
-            util > const["utilization_warning"],
-            f"utilization above {const['utilization_warning']:g}: little headroom for load spikes",
-        ),
-        (np.isnan(out["quality"]), "quality unknown (no published score for this model and format)"),
-        (pcie, "tensor parallel over PCIe: all-reduces are slow without NVLink"),
-        (np.isnan(out["cost_usd_month"]), "price unknown for this GPU"),
-    ]
-    code = np.zeros(rows, dtype=np.int64)
-    for bit, (mask, _) in enumerate(checks):
-        code |= mask.astype(np.int64) << bit
-    patterns, inverse = np.unique(code, return_inverse=True)
-    joined = np.array(
-        ["; ".join(message for bit, (_, message) in enumerate(checks) if pattern >> bit & 1) for pattern in patterns],
-        dtype=object,
-    )
-    return joined[inverse] if rows else np.array([], dtype=object)
