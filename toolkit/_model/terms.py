@@ -23,9 +23,23 @@ from toolkit._model.memory import _budget, _kv_budget_tokens, _kv_layer_bytes, _
 __all__: list[str] = []
 
 
+# For plain numbers (the simulator's one step at a time) Python's builtins replace numpy's scalar
+# calls, which cost a microsecond each; they return the same values.
+
+
 def _any(value: Any) -> bool:
-    """Whether any element is non-zero (a plain ``bool()`` for scalars, which is faster)."""
+    """Whether any element is non-zero."""
     return bool(value.any()) if isinstance(value, np.ndarray) else bool(value)
+
+
+def _lesser(a: Any, b: Any) -> Any:
+    """Elementwise minimum."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _greater(a: Any, b: Any) -> Any:
+    """Elementwise maximum."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
 def weight_terms(model: Mapping[str, Any], quant: Mapping[str, Any], tp: Any) -> tuple[Any, Any, Any, Any]:
@@ -135,16 +149,16 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
     pairs = full * (p * c + p * (p + 1) / 2)
     if _any(windowed):
         window = _layer_split(model)[2]
-        decode_kv = decode_kv + windowed * np.minimum(kv, n * window)
-        context_kv = context_kv + windowed * np.minimum(c, window)
-        uncapped = np.minimum(np.maximum(window - c, 0), p)  # prompt tokens whose keys fit in the window
+        decode_kv = decode_kv + windowed * _lesser(kv, n * window)
+        context_kv = context_kv + windowed * _lesser(c, window)
+        uncapped = _lesser(_greater(window - c, 0), p)  # prompt tokens whose keys fit in the window
         pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
 
     experts = model["experts"]
     weights = constants["weights_bytes"]
     if _any(experts):
         # dense elements (0 experts) touch none: their shared weights are all the weights
-        share = model["experts_per_token"] / np.maximum(experts, 1)
+        share = model["experts_per_token"] / _greater(experts, 1)
         touched = experts * (1 - (1 - share) ** tokens)
         weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
     read = weights + constants["kv_layer_bytes"] * (decode_kv + context_kv + model["layers"] * tokens)
@@ -159,23 +173,32 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
 
     overhead_ms = constants["step_overhead_ms"] + 0 * tokens
     tp = constants["tensor_parallel"]
-    if _any(tp > 1):
-        message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
-        with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect
-            ring_ms = 2 * (tp - 1) / tp * message / (constants["interconnect_gb_s"] * 1e9) * 1e3
-            allreduce_ms = 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
-        overhead_ms = overhead_ms + np.where(tp > 1, allreduce_ms, 0.0)
+    if isinstance(tp, np.ndarray):
+        if tp.max(initial=1) > 1:
+            with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect
+                overhead_ms = overhead_ms + np.where(tp > 1, _allreduce_ms(constants, tokens), 0.0)
+    elif tp > 1:
+        overhead_ms = overhead_ms + _allreduce_ms(constants, tokens)
     return memory_ms, compute_ms, overhead_ms
+
+
+def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
+    """The 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
+    step's activations."""
+    model, tp = constants["model"], constants["tensor_parallel"]
+    message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
+    ring_ms = 2 * (tp - 1) / tp * message / (constants["interconnect_gb_s"] * 1e9) * 1e3
+    return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
 
 
 def step_time(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> Any:
     """Step time in ms: max(memory, compute) + overhead (the roofline of :func:`step_parts`)."""
     memory_ms, compute_ms, overhead_ms = step_parts(constants, n, kv, p, c)
-    return np.maximum(memory_ms, compute_ms) + overhead_ms
+    return _greater(memory_ms, compute_ms) + overhead_ms
 
 
 def ttft_time(constants: Mapping[str, Any], prompt: Any, cached: Any) -> Any:
     """Time to first token in ms: one prefill step of the uncached prompt (at least one token, as
     engines compute on a full cache hit) plus the request overhead; validated inputs."""
-    new = np.maximum(prompt - cached, 1)
+    new = _greater(prompt - cached, 1)
     return step_time(constants, 0, 0, new, prompt - new) + constants["request_overhead_ms"]
