@@ -10,10 +10,13 @@ import math
 import sys
 from collections import deque
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from toolkit._model.cost import CostModel
+from toolkit._model.terms import step_time
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -24,28 +27,29 @@ _IDLE, _WAKE, _STEP, _RUN = range(4)
 
 class _Clock:
     """Step durations in seconds from the cost object: mixed steps one call each, decode runs from a
-    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size."""
+    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A :class:`CostModel`'s step
+    formula is called without its argument checks: the engine's counts are valid by construction."""
 
     def __init__(self, cost: Any, kv_high: int):
-        self._step_ms = cost.step_ms
+        self._step_ms = partial(step_time, vars(cost)) if isinstance(cost, CostModel) else cost.step_ms
         self._high = kv_high
         self._fits: dict[int, _Linear] = {}
 
     def _fit(self, n: int) -> _Linear:
-        fit = self._fits.get(n)
-        if fit is None:
-            fit = _Linear(lambda kv: np.asarray(self._step_ms(n, kv), dtype=float) / 1e3, self._high)
-            self._fits[n] = fit
+        fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
+        self._fits[n] = fit
         return fit
 
     def step(self, n: int, kv: int, p: int, c: int) -> float:
-        return float(self._step_ms(n, kv, p, c)) / 1e3
+        return float(self._step_ms(float(n), float(kv), float(p), float(c))) / 1e3
 
     def run(self, n: int, kv: int, k: int) -> float:
-        return self._fit(n).series(kv, n, k)
+        fit = self._fits.get(n) or self._fit(n)
+        return fit.series(kv, n, k)
 
     def steps_to_reach(self, n: int, kv: int, k: int, seconds: float) -> int:
-        return self._fit(n).steps_to_reach(kv, n, k, seconds)
+        fit = self._fits.get(n) or self._fit(n)
+        return fit.steps_to_reach(kv, n, k, seconds)
 
 
 class _Replica:
