@@ -224,9 +224,9 @@ def simulate(
     )
     n_warm = int(warm * n)
     engine.window_request = n_warm
-    end = engine.run(range(n) if arrival is not None else None, None if concurrency is None else int(concurrency))
+    end = engine.run(None if concurrency is None else int(concurrency))
 
-    requests = request_records(engine, prompt, output, overhead_s, n_warm)
+    requests = request_records(engine, overhead_s, n_warm)
     summary = summarize(requests, engine, end, n_replicas, kv_budget)
     config = {
         "arrival_rate": arrival_rate,
