@@ -155,7 +155,6 @@ class _Engine:
         shared = routing == "shared_queue"
         self.reps = [_Replica(i, central if shared else deque()) for i in range(replicas)]
         self.events: list = []
-        self.next_rr = 0
         self.closed_loop = closed_loop
         # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine
         self.next_arrival = 0
@@ -165,18 +164,15 @@ class _Engine:
         self.window_request = 0
 
     # ---- arrivals and routing -------------------------------------------------------------------
-    def _route(self) -> _Replica:
+    def _least_loaded(self) -> _Replica:
+        """The first replica with the fewest requests waiting plus running."""
         reps = self.reps
-        if self.routing == "least_loaded":
-            best, fewest = reps[0], math.inf
-            for r in reps:  # the first of the least loaded
-                load = len(r.queue) + len(r.running)
-                if load < fewest:
-                    best, fewest = r, load
-            return best
-        r = reps[self.next_rr % len(reps)]
-        self.next_rr += 1
-        return r
+        best, fewest = reps[0], math.inf
+        for r in reps:
+            load = len(r.queue) + len(r.running)
+            if load < fewest:
+                best, fewest = r, load
+        return best
 
     def _fits(self, r: _Replica, rid: int) -> bool:
         v = self._views
@@ -209,20 +205,10 @@ class _Engine:
             if r.phase == _RUN and self._fits(r, rid):
                 self._truncate(r, t)
 
-    def _arrive(self, rid: int, t: float) -> None:
-        if rid == self.window_request:
-            self.window_start = t
-            self.busy_at_window = [r.busy_s + (t - r.t_start if r.phase in (_STEP, _RUN) else 0.0) for r in self.reps]
-        if self.routing == "shared_queue":
-            self.central.append(rid)
-            self._offer(rid, t)
-            return
-        r = self._route()
-        r.queue.append(rid)
-        if r.phase == _IDLE:
-            self._wake(r, t)
-        elif r.phase == _RUN and len(r.queue) == 1 and self._fits(r, rid):
-            self._truncate(r, t)
+    def _open_window(self, t: float) -> None:
+        """The first measured request arrives: note the time and every replica's busy seconds so far."""
+        self.window_start = t
+        self.busy_at_window = [r.busy_s + (t - r.t_start if r.phase in (_STEP, _RUN) else 0.0) for r in self.reps]
 
     def _issue(self, t: float) -> None:
         """Closed loop: the next client request leaves at ``t``."""
@@ -278,6 +264,8 @@ class _Engine:
         overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
         token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
         shared = self.routing == "shared_queue"
+        round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
+        window_request = self.window_request
         inf = math.inf
         now = 0.0
         while True:
@@ -289,7 +277,24 @@ class _Engine:
             if ta <= te:
                 now = ta
                 self.next_arrival = rid + 1
-                self._arrive(rid, ta)
+                if rid == window_request:
+                    self._open_window(ta)
+                if shared:
+                    self.central.append(rid)
+                    self._offer(rid, ta)
+                    continue
+                if round_robin:
+                    r = reps[next_rr % n_reps]
+                    next_rr += 1
+                else:
+                    r = self._least_loaded()
+                queue = r.queue
+                queue.append(rid)
+                phase = r.phase
+                if phase == _IDLE:
+                    self._wake(r, ta)
+                elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
+                    self._truncate(r, ta)
                 continue
             now, index, version = heappop(events)
             r = reps[index]

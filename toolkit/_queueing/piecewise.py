@@ -37,9 +37,10 @@ class _Linear:
                     cut = int(math.floor(cross))
             stack += [(cut + 1, hi), (lo, cut)]
         pieces.sort()
-        self.starts = [p[0] for p in pieces]
-        self.a = [p[1] for p in pieces]
-        self.b = [p[2] for p in pieces]
+        # plain ints and floats: numpy scalars would make every later sum a slow numpy call
+        self.starts = [int(p[0]) for p in pieces]
+        self.a = [float(p[1]) for p in pieces]
+        self.b = [float(p[2]) for p in pieces]
 
     def __call__(self, x: int) -> float:
         j = bisect_right(self.starts, x) - 1
