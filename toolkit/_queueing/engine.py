@@ -156,9 +156,6 @@ class _Engine:
         self.reps = [_Replica(i, central if shared else deque()) for i in range(replicas)]
         self.events: list = []
         self.closed_loop = closed_loop
-        # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine
-        self.next_arrival = 0
-        self.next_issue = 0 if closed_loop else n
         self.busy_at_window: list[float] = []  # busy seconds per replica when the measured window opens
         self.window_start = 0.0
         self.window_request = 0
@@ -210,13 +207,6 @@ class _Engine:
         self.window_start = t
         self.busy_at_window = [r.busy_s + (t - r.t_start if r.phase in (_STEP, _RUN) else 0.0) for r in self.reps]
 
-    def _issue(self, t: float) -> None:
-        """Closed loop: the next client request leaves at ``t``."""
-        rid = self.next_issue
-        if rid < self.n:
-            self.next_issue += 1
-            self._views["arrival"][rid] = t
-
     # ---- one replica's steps ----------------------------------------------------------------------
     def _preempt(self, r: _Replica, t: float) -> None:
         v = self._views
@@ -250,9 +240,6 @@ class _Engine:
         admissions in the step's token budget, then a mixed step or the longest run of decode steps
         that nothing can interrupt). Both parts are written out inline: they run once per event.
         """
-        if self.closed_loop:
-            for _ in range(min(concurrency, self.n)):
-                self._issue(0.0)
         v = self._views
         prompt, output, arrival, admit_t, first_t, finish_t = (
             v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t")
@@ -267,21 +254,29 @@ class _Engine:
         round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
         window_request = self.window_request
         inf = math.inf
+        n = self.n
+        # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine;
+        # a closed loop's clients each send one at time 0, the next as the previous one completes
+        next_arrival, next_issue = 0, n
+        if closed:
+            next_issue = min(concurrency, n)
+            self.arrival[:next_issue] = 0.0
+        ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
         now = 0.0
         while True:
-            rid = self.next_arrival
-            ta = arrival[rid] + overhead if rid < self.next_issue else inf
             te = events[0][0] if events else inf
-            if ta == inf and te == inf:
-                return now
             if ta <= te:
+                if ta == inf:
+                    return now
                 now = ta
-                self.next_arrival = rid + 1
+                rid = next_arrival
+                next_arrival += 1
+                ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
                 if rid == window_request:
-                    self._open_window(ta)
+                    self._open_window(now)
                 if shared:
                     self.central.append(rid)
-                    self._offer(rid, ta)
+                    self._offer(rid, now)
                     continue
                 if round_robin:
                     r = reps[next_rr % n_reps]
@@ -292,9 +287,9 @@ class _Engine:
                 queue.append(rid)
                 phase = r.phase
                 if phase == _IDLE:
-                    self._wake(r, ta)
+                    self._wake(r, now)
                 elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
-                    self._truncate(r, ta)
+                    self._truncate(r, now)
                 continue
             now, index, version = heappop(events)
             r = reps[index]
@@ -322,6 +317,7 @@ class _Engine:
                         entry[2] += entry[3]
                     r.chunked = 0
                 heap = r.heap
+                completed = 0
                 while heap and heap[0][0] <= steps:
                     _, rid, ep = heappop(heap)
                     if ep != epoch[rid]:
@@ -333,8 +329,7 @@ class _Engine:
                     gen[rid] = output[rid]
                     del r.running[rid]
                     finish_t[rid] = now
-                    if closed:
-                        self._issue(now)
+                    completed += 1
                 if phase == _STEP:
                     while prefill and prefill[0][1] == 0:
                         rid, _, kv, _ = prefill.popleft()
@@ -346,8 +341,7 @@ class _Engine:
                             r.kv_used -= kv + slack
                             del r.running[rid]
                             finish_t[rid] = now
-                            if closed:
-                                self._issue(now)
+                            completed += 1
                             continue
                         r.running[rid] = True
                         joined[rid] = steps
@@ -355,6 +349,11 @@ class _Engine:
                         heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
                         r.n_dec += 1
                         r.kv_dec += kv
+                if closed and completed:  # their clients send their next requests now
+                    for rid in range(next_issue, min(next_issue + completed, n)):
+                        arrival[rid] = now
+                        next_issue = rid + 1
+                    ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
 
             # ---- plan the next step (or run of decode steps) from now
             while r.kv_used + r.n_dec > budget:
