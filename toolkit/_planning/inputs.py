@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import gammainccinv
-from scipy.stats import gamma
+from scipy.special import gammainccinv, gammaincinv
 
 from toolkit._data import load_csv
 from toolkit._model.resolve import resolve_model, resolve_quant
@@ -66,7 +65,8 @@ def length_quantile(cs2: float, percentile: float) -> float:
     """The ``percentile`` of a request's length relative to its mean: a gamma distribution with mean 1
     and squared coefficient of variation ``cs2`` (1 for ``cs2 = 0``; ``-ln(1 - p)`` for ``cs2 = 1``,
     the exponential lengths of geometric outputs)."""
-    return 1.0 if cs2 == 0 else float(gamma.ppf(percentile, 1.0 / cs2, scale=cs2))
+    # scipy.stats.gamma.ppf(percentile, 1 / cs2, scale=cs2), without importing scipy.stats
+    return 1.0 if cs2 == 0 else float(gammaincinv(1.0 / cs2, percentile) * cs2)
 
 
 @lru_cache(maxsize=64)
@@ -84,8 +84,8 @@ def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:
 
 
 def _specs(argument: str, value: object, catalog, resolve) -> list[dict[str, Any]]:
-    if value is None:
-        value = list(catalog()["name"])
+    if value is None:  # every catalog row, validated once (no lookup by name)
+        value = catalog().to_dict("records")
     elif isinstance(value, pd.DataFrame):  # e.g. a filtered catalog: one spec per row
         value = [row for _, row in value.iterrows()]
     elif isinstance(value, (str, dict, pd.Series)):

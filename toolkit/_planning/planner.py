@@ -55,7 +55,6 @@ from toolkit._planning.evaluate import _Evaluator
 from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _percentile_label, _specs
-from toolkit._planning.workload import check_on_trace, trace_variability
 from toolkit._queueing.closed_forms import workload_presets
 
 __all__ = ["plan"]
@@ -184,6 +183,8 @@ def plan(
         fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
     )
     if trace is not None:
+        from toolkit._planning.workload import check_on_trace  # the simulator loads only for a trace
+
         table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
     return table
 
@@ -202,6 +203,8 @@ def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
 def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:
     """(label, service cs2, arrival ca2, whether the closed form under-estimates its tail)."""
     if isinstance(workload, pd.DataFrame):
+        from toolkit._planning.workload import trace_variability
+
         cs2, arrival_ca2 = trace_variability(workload)
         return "trace", cs2, arrival_ca2, True  # the trace is replayed in the simulator afterwards
     presets = workload_presets().set_index("preset")
