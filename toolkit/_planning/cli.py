@@ -48,6 +48,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="include plans that miss the SLOs")
     p.add_argument("--top", type=int, default=20, help="groups of rows to print (table output)")
     p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: for long plans, when stderr is a terminal)",
+    )
     p.set_defaults(func=_run_cli)
 
 
@@ -75,6 +81,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         workload=args.workload,
         prefix_cache_hit_rate=args.prefix_cache_hit_rate,
         budget_usd_month=args.budget_usd_month,
+        progress=args.progress,
     )
     if not args.all:
         table = table[table["meets_slo"]]

@@ -20,6 +20,10 @@ __all__: list[str] = []
 _CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
 
 
+# frontier plans a trace workload is replayed on in the simulator (each replays the whole trace)
+SIMULATED_PLANS = 8
+
+
 _CONFIG_COLUMNS = {
     "model": object,
     "gpu": object,

@@ -40,6 +40,7 @@ come from the array core of :func:`toolkit.queue_wait` (the same formula, no Dat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -54,10 +55,14 @@ from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, 
 from toolkit._planning.evaluate import _Evaluator
 from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
-from toolkit._planning.inputs import _constants, _percentile_label, _specs
+from toolkit._planning.inputs import SIMULATED_PLANS, _constants, _percentile_label, _specs
+from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.closed_forms import workload_presets
 
 __all__ = ["plan"]
+
+# plans over more model x GPU x format x TP combinations than this show a progress bar by default
+LONG_GRID = 2000
 
 
 def plan(
@@ -78,6 +83,7 @@ def plan(
     prefix_cache_hit_rate: float = 0.0,
     budget_usd_month: float | None = None,
     calibration: object = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Every fleet that can serve ``request_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -119,6 +125,10 @@ def plan(
     calibration : dict, Series or one-row DataFrame, optional
         Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``) replacing the
         defaults of the serving model, e.g. the row :func:`toolkit.calibrate` returns.
+    progress : bool, optional
+        A tqdm bar over the stages (candidate grid, fleet search, each trace replay): True shows it,
+        False never; None (default) shows it when stderr is a terminal and the plan is long (a trace
+        to replay, or more than ``LONG_GRID`` model x GPU x format x TP combinations to evaluate).
 
     Returns
     -------
@@ -163,29 +173,43 @@ def plan(
         else check_number("budget_usd_month", budget_usd_month, low=0, low_inclusive=False)
     )
 
+    check_progress(progress)
     frozen = lambda *args: tuple(_freeze(spec) for spec in _specs(*args))
-    grid = _build_grid(
+    specs = (
         frozen("models", models, model_catalog, resolve_model),
         frozen("gpus", gpus, gpu_catalog, resolve_gpu),
         frozen("quants", quants, quant_catalog, resolve_quant),
         frozen("backends", backends, backend_catalog, resolve_backend),
-        tuple(tps),
-        prompt,
-        output,
-        hit * prompt,
-        _calibration_key(calibration),
-        int(_constants()["max_batch_grid"]),
     )
-    const = _constants()
-    ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
-    e2e = f"e2e_p{_percentile_label(pct)}_ms"
-    table = pd.DataFrame(
-        fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
-    )
-    if trace is not None:
-        from toolkit._planning.workload import check_on_trace  # the simulator loads only for a trace
+    replays = 0 if trace is None else SIMULATED_PLANS
+    long = replays > 0 or math.prod(len(s) for s in specs[:3]) * len(tps) > LONG_GRID
+    bar = progress_bar(progress, long=long, total=2 + replays, desc="plan", unit="stage")
+    try:
+        grid = _build_grid(
+            *specs,
+            tuple(tps),
+            prompt,
+            output,
+            hit * prompt,
+            _calibration_key(calibration),
+            int(_constants()["max_batch_grid"]),
+        )
+        bar.update()
+        const = _constants()
+        ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
+        e2e = f"e2e_p{_percentile_label(pct)}_ms"
+        table = pd.DataFrame(
+            fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
+        )
+        bar.update()
+        if trace is not None:
+            from toolkit._planning.workload import check_on_trace  # the simulator loads only for a trace
 
-        table = check_on_trace(table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e)
+            table = check_on_trace(
+                table, trace, percentile=pct, slos=slos, calibration=calibration, e2e_column=e2e, bar=bar
+            )
+    finally:
+        bar.close()
     return table
 
 

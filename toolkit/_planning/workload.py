@@ -10,17 +10,18 @@ through :func:`toolkit.simulate` on each configuration, and both answers are rep
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
+from toolkit._planning.inputs import SIMULATED_PLANS
 from toolkit._planning.pareto import pareto
 from toolkit._queueing.simulator import simulate
 from toolkit._workload.describe import describe_workload
 
 __all__: list[str] = []
 
-# frontier plans replayed through the simulator (each replays the whole trace)
-SIMULATED_PLANS = 8
 # closed form and simulation "disagree" beyond this relative difference at the SLO percentile
 DISAGREE_REL = 0.25
 
@@ -32,13 +33,20 @@ def trace_variability(trace: pd.DataFrame) -> tuple[float, float]:
 
 
 def check_on_trace(
-    table: pd.DataFrame, trace: pd.DataFrame, *, percentile: float, slos: dict, calibration: object, e2e_column: str
+    table: pd.DataFrame,
+    trace: pd.DataFrame,
+    *,
+    percentile: float,
+    slos: dict,
+    calibration: object,
+    e2e_column: str,
+    bar: Any,
 ) -> pd.DataFrame:
     """Replay ``trace`` on the cheapest frontier plans and add the simulated percentiles.
 
     Adds ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (at ``percentile``, ms), ``sim_meets_slo``
     and ``sim_disagrees`` (closed-form and simulated end-to-end percentile differ by more than
-    ``DISAGREE_REL``) to the rows simulated; NaN / NA elsewhere.
+    ``DISAGREE_REL``) to the rows simulated; NaN / NA elsewhere. ``bar.update()`` follows each replay.
     """
     out = table.copy()
     for col in ("sim_ttft_ms", "sim_tpot_ms", "sim_e2e_ms"):
@@ -64,7 +72,9 @@ def check_on_trace(
             backend=row["backend"],
             calibration=calibration,
             warmup_fraction=0.0,
+            progress=False,
         ).requests
+        bar.update()
         sim = {m: float(np.quantile(requests[f"{m}_s"], percentile)) * 1e3 for m in ("ttft", "tpot", "e2e")}
         out.loc[label, ["sim_ttft_ms", "sim_tpot_ms", "sim_e2e_ms"]] = [sim["ttft"], sim["tpot"], sim["e2e"]]
         limits = {"slo_ttft": sim["ttft"], "slo_tpot": sim["tpot"], "slo_e2e": sim["e2e"]}

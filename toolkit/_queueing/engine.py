@@ -22,6 +22,9 @@ __all__: list[str] = []
 
 # a replica's phase
 _IDLE, _WAKE, _STEP, _RUN = range(4)
+# requests between progress-bar updates (a power of two)
+_TICK = 1 << 14
+_TICK_MASK = _TICK - 1
 
 
 class _Clock:
@@ -231,8 +234,9 @@ class _Engine:
             self._offer(rid, t, source=r)
 
     # ---- the loop -----------------------------------------------------------------------------
-    def run(self, concurrency: int | None) -> float:
+    def run(self, concurrency: int | None, bar: Any) -> float:
         """Simulate until every request has finished; return the time of the last event (s).
+        ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
 
         One pass of the loop handles the next arrival or the next replica event. A replica event ends
         the replica's phase (a mixed step, or a run of decode steps: its decodes and prefills that
@@ -271,6 +275,8 @@ class _Engine:
                 now = ta
                 rid = next_arrival
                 next_arrival += 1
+                if not next_arrival & _TICK_MASK:
+                    bar.update(_TICK)
                 ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
                 if rid == window_request:
                     self._open_window(now)
