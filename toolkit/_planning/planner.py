@@ -32,10 +32,13 @@ The model of one replica (every step time from :class:`toolkit.CostModel`, every
 
 Replicas are found by a vectorised bisection over ``1..max_replicas`` (every check is monotone in
 the per-replica load); batch, replicas and every latency are numpy array math over all candidates
-at once. Only building one :class:`CostModel` per model x GPU x format x tensor parallel x runtime
-reservation (and tabulating its decode step over batch 0..cap) is a Python loop; those, and the
-whole candidate grid for a given set of specs and request shape, are cached across calls. Queue waits
-come from the array core of :func:`toolkit.queue_wait` (the same formula, no DataFrame per call).
+at once, each distinct (configuration, batch) searched once for all the backends that share it. The
+candidate grid itself is array math too: every catalog row is resolved and validated once, and the
+cost model's formulas (:mod:`toolkit._model.terms`, the ones :class:`CostModel` evaluates) run over
+all model x GPU x format x tensor-parallel configurations at once, for their KV-bound batch caps, their
+decode step over batch 0..cap and their TTFT; the grid for a given set of specs and request shape is
+cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
+formula, no DataFrame per call).
 """
 
 from __future__ import annotations
