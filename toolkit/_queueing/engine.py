@@ -126,7 +126,7 @@ class _Engine:
         self.n = n
         self.prompt = np.ascontiguousarray(prompt, dtype=np.int64)
         self.output = np.ascontiguousarray(output, dtype=np.int64)
-        self.arrival = np.full(n, np.nan) if arrival is None else np.array(arrival, dtype=float)
+        self.arrival = np.full(n, np.nan) if arrival is None else np.ascontiguousarray(arrival, dtype=float)
         self.admit_t = np.full(n, np.nan)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)

@@ -81,13 +81,16 @@ def request_records(engine, overhead_s: float, n_warm: int) -> pd.DataFrame:
 
 
 def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_budget: int) -> dict[str, Any]:
-    """The summary row of a run: percentiles of the measured (non-warm-up) requests, throughput, utilisation."""
-    measured = requests[~requests["warmup"]]
-    t0 = float(measured["arrival_s"].min())
-    span = float((measured["arrival_s"] + measured["e2e_s"]).max()) - t0
-    summary: dict[str, Any] = {"requests": len(measured)}
+    """The summary row of a run: percentiles of the measured (non-warm-up) requests, throughput, utilisation.
+    The warm-up requests are the first ones sent, so the measured ones are views of the columns' tails."""
+    first = int(requests["warmup"].sum())
+    measured = lambda column: requests[column].to_numpy()[first:]  # noqa: E731
+    arrival = measured("arrival_s")
+    t0 = float(np.nanmin(arrival))
+    span = float(np.nanmax(arrival + measured("e2e_s"))) - t0
+    summary: dict[str, Any] = {"requests": arrival.size}
     for metric in _METRICS:
-        mean, p50, p95, p99 = _percentiles(measured[f"{metric}_s"].to_numpy())
+        mean, p50, p95, p99 = _percentiles(measured(f"{metric}_s"))
         summary.update(
             {
                 f"{metric}_mean_s": mean,
@@ -96,15 +99,15 @@ def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_bu
                 f"{metric}_p99_s": p99,
             }
         )
-    throughput = len(measured) / span if span > 0 else math.nan
+    throughput = arrival.size / span if span > 0 else math.nan
     busy = sum(r.busy_s for r in engine.reps) - sum(engine.busy_at_window)
     window = end - engine.window_start
     summary.update(
         {
             "throughput_rps": throughput,
-            "output_tok_s": float(measured["output_tokens"].sum()) / span if span > 0 else math.nan,
+            "output_tok_s": float(measured("output_tokens").sum()) / span if span > 0 else math.nan,
             "achieved_concurrency": throughput * summary["e2e_mean_s"],
-            "preemptions": int(requests["preempted"].sum()),
+            "preemptions": int(requests["preempted"].to_numpy().sum()),
             "utilization": busy / (n_replicas * window) if window > 0 else math.nan,
             "kv_budget_tokens": kv_budget,
         }
