@@ -12,6 +12,7 @@ import numpy as np
 
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _Grid
+from toolkit._planning.inputs import _CHECKS
 
 __all__: list[str] = []
 
@@ -57,8 +58,8 @@ def fleet_columns(
     # where one replica fewer breaks capacity, a candidate at its cap names what caps it
     again = broke[unit]
     capped = (again == "capacity") & grid.at_cap[candidate]
-    bound = np.where(capped, grid.cap_reason[candidate], again)
-    columns["binding_constraint"] = np.where(again == "", binding[unit], bound).astype(str)
+    bound = np.where(capped, grid.cap_reason[candidate].astype(str), again)
+    columns["binding_constraint"] = np.where(again == "", binding[unit], bound)
     columns["warnings"] = _warnings(per_unit, configs, const, workload)[unit]
     return columns
 
@@ -82,9 +83,9 @@ def _fleets(ev: _Evaluator, grid: _Grid, replicas_max: int, output: int, budget:
     within = np.ones(units.size, dtype=bool) if budget is None else cost <= budget
     meets = at["meets"] & within
 
-    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
+    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at)).astype(str)
     binding = np.where(at["meets"] & ~within, "budget", binding)
-    broke = np.full(units.size, "", dtype=object)
+    broke = np.full(units.size, "", dtype=f"<U{max(map(len, _CHECKS))}")
     more = np.flatnonzero(at["meets"] & within & (replicas > 1))
     if more.size:
         broke[more] = _first_failure(ev.evaluate(units[more], replicas[more] - 1))

@@ -203,7 +203,7 @@ def _build_grid(
         cfg=units // (batch.max(initial=0) + 1),
         batch=units % (batch.max(initial=0) + 1),
         unit=unit.ravel(),
-        cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch").astype(object)[config, backend][entry],
+        cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
         at_cap=batch == cap[config, backend][entry],
         backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
         step_table=table,
