@@ -15,11 +15,8 @@ import numpy as np
 
 from toolkit._args import check_array
 from toolkit._model.efficiency import _SCALARS, _nonneg
-from toolkit._model.memory import (
-    _layer_split,
-    _max_seqs,
-    efficiency_value,
-)
+from toolkit._model.memory import _max_seqs
+from toolkit._model.terms import step_parts, step_time, ttft_time
 
 __all__ = ["CostModel"]
 
@@ -29,7 +26,8 @@ class CostModel:
     """The serving cost model of one model on one GPU type, with every spec looked up once.
 
     Build it with :func:`cost_model`. All byte and FLOP figures are per GPU. Methods are vectorised
-    with numpy broadcasting; see the module docstring for the formulas.
+    with numpy broadcasting; the formulas are those of :mod:`toolkit._model.terms`, documented in the
+    module docstring of :mod:`toolkit._model.serving`.
 
     Attributes
     ----------
@@ -89,44 +87,6 @@ class CostModel:
     kv_block_tokens: int
     max_batch: float
 
-    def _terms(self, n, kv, p, c):
-        """(memory_ms, compute_ms, overhead_ms) for validated floats or arrays (the one formula)."""
-        c = c * (p > 0)
-        full, windowed, window = _layer_split(self.model)
-        tokens = n + p
-
-        decode_kv = full * kv  # per-layer token reads (and attention pairs) of the decoding sequences
-        context_kv = full * c
-        pairs = full * (p * c + p * (p + 1) / 2)
-        if windowed:
-            decode_kv = decode_kv + windowed * np.minimum(kv, n * window)
-            context_kv = context_kv + windowed * np.minimum(c, window)
-            uncapped = np.minimum(np.maximum(window - c, 0), p)  # prompt tokens whose keys fit in the window
-            pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
-
-        experts = self.model["experts"]
-        weights = self.weights_bytes
-        if experts:
-            touched = experts * (1 - (1 - self.model["experts_per_token"] / experts) ** tokens)
-            weights = self.shared_weights_bytes + self.expert_bytes * touched
-        read = weights + self.kv_layer_bytes * (decode_kv + context_kv + self.model["layers"] * tokens)
-        memory_ms = read / (self.bandwidth_gb_s * 1e9 * self.mbu) * 1e3
-
-        flops = (
-            self.body_flops_per_token * tokens
-            + self.logits_flops_per_token * n
-            + self.attention_flops_per_pair * (decode_kv + pairs)
-        )
-        compute_ms = flops / (self.tflops * 1e12 * self.mfu) * 1e3
-
-        overhead_ms = self.step_overhead_ms + 0 * tokens
-        tp = self.tensor_parallel
-        if tp > 1:
-            message = tokens * self.model["hidden_size"] * efficiency_value("activation_bytes_per_value")
-            ring_ms = 2 * (tp - 1) / tp * message / (self.interconnect_gb_s * 1e9) * 1e3
-            overhead_ms = overhead_ms + 2 * self.model["layers"] * (self.allreduce_latency_us / 1e3 + ring_ms)
-        return memory_ms, compute_ms, overhead_ms
-
     def step_terms(
         self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
     ) -> dict[str, np.ndarray]:
@@ -152,7 +112,7 @@ class CostModel:
         kv = _nonneg("kv_tokens", kv_tokens)
         p = _nonneg("prefill_tokens", prefill_tokens)
         c = _nonneg("prefill_context_tokens", prefill_context_tokens)
-        memory_ms, compute_ms, overhead_ms = self._terms(n, kv, p, c)
+        memory_ms, compute_ms, overhead_ms = step_parts(vars(self), n, kv, p, c)
         step = np.maximum(memory_ms, compute_ms) + overhead_ms
         shape = np.broadcast_shapes(n.shape, kv.shape, p.shape, c.shape)
         return {
@@ -186,8 +146,7 @@ class CostModel:
         args = (decode_seqs, kv_tokens, prefill_tokens, prefill_context_tokens)
         if all(isinstance(a, _SCALARS) and not isinstance(a, bool) and 0 <= a < math.inf for a in args):
             # scalar fast path for simulators stepping one iteration at a time; same formula
-            memory_ms, compute_ms, overhead_ms = self._terms(*(float(a) for a in args))
-            return float(max(memory_ms, compute_ms) + overhead_ms)
+            return float(step_time(vars(self), *(float(a) for a in args)))
         step = self.step_terms(*args)["step_ms"]
         return float(step) if step.ndim == 0 else np.array(step)
 
@@ -213,9 +172,8 @@ class CostModel:
             raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens!r}")
         if np.any(cached > prompt):
             raise ValueError("cached_tokens must be <= prompt_tokens")
-        new = np.maximum(prompt - cached, 1)
-        ttft = self.step_ms(0, 0, new, prompt - new) + self.request_overhead_ms
-        return ttft
+        ttft = ttft_time(vars(self), prompt, cached)
+        return float(ttft) if ttft.ndim == 0 else ttft
 
     def max_concurrent_seqs(self, context_tokens: object) -> int | np.ndarray:
         """KV-bound number of sequences of ``context_tokens`` tokens the KV budget holds (whole blocks).

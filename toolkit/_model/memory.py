@@ -61,14 +61,18 @@ def efficiency_value(parameter: str) -> float:
 def _kv_layer_bytes(model: dict[str, Any], kv: dict[str, Any], tensor_parallel: int = 1) -> float:
     """Bytes one token's K and V occupy in one layer on one GPU (KV heads split by tensor parallel,
     replicated once there are more GPUs than KV heads)."""
-    kv_heads = math.ceil(model["kv_heads"] / tensor_parallel)
+    kv_heads = -(-model["kv_heads"] // tensor_parallel)  # ceil, for integers and integer arrays
     return 2 * kv_heads * model["head_dim"] * kv["bits_per_element"] / 8
 
 
-def _layer_split(model: dict[str, Any]) -> tuple[int, int, float]:
-    """(global layers, sliding-window layers, window tokens; inf when none)."""
+def _layer_split(model: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(global layers, sliding-window layers, window tokens; 0 where there are no window layers, so
+    that every window term, a multiple of the window layers, is 0). Broadcasts over array specs."""
     window_layers = model["sliding_window_layers"]
-    window = model["sliding_window"] if window_layers else math.inf
+    if isinstance(window_layers, np.ndarray):
+        window = np.where(window_layers > 0, model["sliding_window"], 0.0)
+    else:
+        window = model["sliding_window"] if window_layers else 0.0
     return model["layers"] - window_layers, window_layers, window
 
 
@@ -137,7 +141,7 @@ def _budget(
     """Per-GPU byte budget (the one place the memory arithmetic lives)."""
     tp = tensor_parallel
     act_bytes = efficiency_value("activation_bytes_per_value")
-    routed = max(model["experts_per_token"], 1)
+    routed = np.maximum(model["experts_per_token"], 1)
     usable = gpu["memory_gb"] * 1e9 * gpu_memory_utilization
     weights = model["params_b"] * 1e9 * quant["bits_per_weight"] / 8 / tp
     per_token_act = (model["hidden_size"] + 3 * model["intermediate_size"] * routed / tp) * act_bytes
@@ -156,15 +160,15 @@ def _budget(
 def _kv_budget_tokens(model: dict[str, Any], budget: dict[str, float], block_tokens: int) -> int:
     """Tokens the KV budget holds, at every layer, in whole blocks (what vLLM logs as its KV cache size)."""
     per_token = budget["kv_layer_bytes"] * model["layers"]
-    blocks = math.floor(max(budget["kv_budget"], 0.0) / per_token / block_tokens)
-    return blocks * block_tokens
+    blocks = np.floor(np.maximum(budget["kv_budget"], 0.0) / per_token / block_tokens).astype(np.int64)
+    return blocks * block_tokens if isinstance(blocks, np.ndarray) else int(blocks) * block_tokens
 
 
 def _max_seqs(
     model: dict[str, Any], budget: dict[str, float], context_tokens: np.ndarray, block_tokens: int
 ) -> np.ndarray:
     per_seq = _seq_kv_bytes(model, budget["kv_layer_bytes"], context_tokens, block_tokens)
-    return np.floor(max(budget["kv_budget"], 0.0) / per_seq).astype(int)
+    return np.floor(np.maximum(budget["kv_budget"], 0.0) / per_seq).astype(int)
 
 
 def memory(

@@ -74,11 +74,18 @@ def _keys(row: pd.Series) -> list[str]:
     return [_norm(k) for k in keys]
 
 
-def _lookup(argument: str, name: str, table: pd.DataFrame) -> dict[str, Any]:
+@lru_cache(maxsize=16)
+def _table_keys(csv: str) -> dict[Any, list[str]]:
+    """Per row of a catalog CSV, the normalised names it answers to."""
+    return {i: _keys(row) for i, row in load_csv(csv).iterrows()}
+
+
+def _lookup(argument: str, name: str, csv: str) -> dict[str, Any]:
     query = _norm(name)
     if not query:
         raise ValueError(f"{argument} must be a non-empty name, got {name!r}")
-    keys = {i: _keys(row) for i, row in table.iterrows()}
+    table = load_csv(csv)
+    keys = _table_keys(csv)
     exact = [i for i, ks in keys.items() if query in ks]
     if not exact:
         exact = [i for i, ks in keys.items() if any(query in k for k in ks)]
@@ -96,7 +103,7 @@ def _lookup(argument: str, name: str, table: pd.DataFrame) -> dict[str, Any]:
 
 @lru_cache(maxsize=512)
 def _cached_lookup(argument: str, name: str, csv: str) -> tuple[tuple[str, Any], ...]:
-    return tuple(_lookup(argument, name, load_csv(csv)).items())
+    return tuple(_lookup(argument, name, csv).items())
 
 
 def _clean(row: dict[str, Any]) -> dict[str, Any]:

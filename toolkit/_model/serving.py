@@ -55,14 +55,9 @@ import numpy as np
 from toolkit._args import check_int, check_number
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import _efficiencies
-from toolkit._model.memory import (
-    _budget,
-    _check_tensor_parallel,
-    _kv_budget_tokens,
-    _kv_layer_bytes,
-    efficiency_value,
-)
+from toolkit._model.memory import _check_tensor_parallel, efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._model.terms import cost_constants
 
 __all__ = ["cost_model", "ttft_ms"]
 
@@ -142,28 +137,15 @@ def cost_model(
     util, act_tokens, reserved = _memory_settings(
         gpu_memory_utilization, max_num_batched_tokens, reserved_gb, spec_backend
     )
-    interconnect = spec_gpu["interconnect_gb_s"]
-    if tp > 1 and not interconnect > 0:
+    if tp > 1 and not spec_gpu["interconnect_gb_s"] > 0:
         raise ValueError("gpu['interconnect_gb_s'] must be > 0 for tensor_parallel > 1")
-    fp8 = spec_gpu["fp8_tflops"]
-    tflops = fp8 if spec_quant["compute"] == "fp8" and fp8 > 0 else spec_gpu["fp16_tflops"]
-
-    m = spec_model
-    embed, body, weights, expert = _weight_terms(m, spec_quant, tp)
-    budget = _budget(
-        m,
-        spec_gpu,
-        spec_quant,
-        spec_kv,
-        tensor_parallel=tp,
-        gpu_memory_utilization=util,
-        reserved_gb=reserved,
-        activation_tokens=act_tokens,
+    specs = {"model": spec_model, "gpu": spec_gpu, "quant": spec_quant, "kv_dtype": spec_kv}
+    constants = cost_constants(
+        specs, tp, eff, gpu_memory_utilization=util, activation_tokens=act_tokens, reserved_gb=reserved
     )
-    block = int(efficiency_value("kv_block_tokens"))
     max_batch = spec_backend["max_batch"] if spec_backend else math.nan
     return CostModel(
-        model=m,
+        model=spec_model,
         gpu=spec_gpu,
         quant=spec_quant,
         kv_dtype=spec_kv,
@@ -171,27 +153,11 @@ def cost_model(
         tensor_parallel=tp,
         gpu_memory_utilization=util,
         max_num_batched_tokens=act_tokens,
-        mbu=eff["mbu"] * eff["tp_mbu_factor"] ** math.log2(tp),
-        mfu=eff["mfu"],
-        step_overhead_ms=eff["step_overhead_ms"],
-        request_overhead_ms=eff["request_overhead_ms"],
-        allreduce_latency_us=eff["allreduce_latency_us"],
-        bandwidth_gb_s=spec_gpu["bandwidth_gb_s"],
-        tflops=tflops,
-        interconnect_gb_s=interconnect,
-        weights_bytes=weights,
-        shared_weights_bytes=weights - expert * m["experts"],
-        expert_bytes=expert,
-        kv_bytes_per_token=_kv_layer_bytes(m, spec_kv, tp) * m["layers"],
-        kv_layer_bytes=_kv_layer_bytes(m, spec_kv, tp),
-        active_params=m["active_params_b"] * 1e9,
-        body_flops_per_token=2 * body / tp,
-        logits_flops_per_token=2 * embed / tp,
-        attention_flops_per_pair=4 * m["attention_heads"] / tp * m["head_dim"],
-        kv_budget_bytes=budget["kv_budget"],
-        kv_budget_tokens=_kv_budget_tokens(m, budget, block),
-        kv_block_tokens=block,
         max_batch=math.inf if math.isnan(max_batch) else max_batch,
+        **{
+            name: value.item() if isinstance(value, np.generic | np.ndarray) else value
+            for name, value in constants.items()
+        },
     )
 
 
@@ -214,20 +180,6 @@ def _memory_settings(
     if reserved_gb is None:
         reserved_gb = backend["reserved_gb"] if backend else efficiency_value("reserved_gb")
     return util, act_tokens, check_number("reserved_gb", reserved_gb, low=0)
-
-
-def _weight_terms(m: dict, quant: dict, tp: int) -> tuple[float, float, float, float]:
-    """(embedding parameters, non-embedding active parameters, weight bytes per GPU, one expert's
-    bytes per GPU)."""
-    embed = m["vocab_size"] * m["hidden_size"]
-    body = m["active_params_b"] * 1e9 - embed * (1 if m["tied_embeddings"] else 2)
-    if body <= 0:
-        raise ValueError("model['active_params_b'] must exceed the embedding parameters (vocab x hidden)")
-    bytes_per_weight = quant["bits_per_weight"] / 8
-    weights = m["params_b"] * 1e9 * bytes_per_weight / tp
-    # one expert's gate, up and down projections over all layers
-    expert = 3 * m["hidden_size"] * m["intermediate_size"] * m["layers"] * bytes_per_weight / tp
-    return embed, body, weights, expert if m["experts"] else 0.0
 
 
 def ttft_ms(

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pandas and the planner load when a plan runs, not for --help or a usage error
+if TYPE_CHECKING:  # numpy, pandas and the planner load when a plan runs, not for --help or a usage error
     import pandas as pd
 
 __all__: list[str] = []
@@ -48,6 +48,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="include plans that miss the SLOs")
     p.add_argument("--top", type=int, default=20, help="groups of rows to print (table output)")
     p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: for long plans, when stderr is a terminal)",
+    )
     p.set_defaults(func=_run_cli)
 
 
@@ -75,6 +81,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         workload=args.workload,
         prefix_cache_hit_rate=args.prefix_cache_hit_rate,
         budget_usd_month=args.budget_usd_month,
+        progress=args.progress,
     )
     if not args.all:
         table = table[table["meets_slo"]]
@@ -95,13 +102,28 @@ def _run_cli(args: argparse.Namespace) -> int:
 
 
 def _compact(table: pd.DataFrame) -> pd.DataFrame:
-    """Merge rows that differ only in backend or batch limit but plan the same latency and cost."""
-    merged = {"backend": "backend", "batch": "batch", "utilization": "utilization"}
+    """Merge rows that differ only in backend or batch limit but plan the same latency and cost: one
+    row per group (in order of first appearance) with its backends ``|``-joined in order of
+    appearance, its batch limit or range, and its highest utilization."""
+    import numpy as np
+
+    merged = ("backend", "batch", "utilization")
     keys = [c for c in table.columns if c not in (*merged, "binding_constraint", "warnings")]
-    grouped = table.groupby(keys, sort=False, dropna=False)
-    out = grouped.agg(
-        backend=("backend", lambda s: "|".join(dict.fromkeys(s))),
-        batch=("batch", lambda s: str(s.min()) if s.min() == s.max() else f"{s.min()}-{s.max()}"),
-        utilization=("utilization", "max"),
-    ).reset_index()
-    return out[[c for c in table.columns if c in out.columns]]
+    group = table.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]
+    out = table.iloc[first][[c for c in table.columns if c not in ("binding_constraint", "warnings")]]
+    out = out.reset_index(drop=True)
+    backends: dict[int, dict[str, None]] = {}
+    for g, name in zip(group.tolist(), table["backend"].tolist()):
+        backends.setdefault(g, {})[name] = None
+    batch = table["batch"].to_numpy()
+    low = np.full(first.size, np.iinfo(np.int64).max)
+    high = np.full(first.size, np.iinfo(np.int64).min)
+    np.minimum.at(low, group, batch)
+    np.maximum.at(high, group, batch)
+    utilization = np.full(first.size, -np.inf)
+    np.maximum.at(utilization, group, table["utilization"].to_numpy())
+    out["backend"] = ["|".join(backends[g]) for g in range(first.size)]
+    out["batch"] = [str(a) if a == b else f"{a}-{b}" for a, b in zip(low.tolist(), high.tolist())]
+    out["utilization"] = utilization
+    return out

@@ -1,4 +1,10 @@
-"""The planner's candidate grid: one cost model per model x GPU x format x TP x reservation, tabulated and cached."""
+"""The planner's candidate grid: every model x GPU x format x TP configuration and its backends, as arrays.
+
+The catalog rows are resolved and validated once (by the planner, into frozen specs); here their
+fields become columns, and the cost model's formulas (:mod:`toolkit._model.terms`, the ones
+:class:`toolkit.CostModel` evaluates) run once over all configurations, a configuration per array
+element: KV-bound batch caps per backend, the decode step table over batch 0..cap, TTFT and prefill.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +16,43 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping
-from toolkit._model.serving import cost_model
-from toolkit._planning.inputs import _CONFIG_COLUMNS, _support, quality_score
+from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies
+from toolkit._model.memory import _max_seqs
+from toolkit._model.serving import _memory_settings
+from toolkit._model.terms import cost_constants, step_time, ttft_time
+from toolkit._planning.inputs import _support, quality_score
 
 __all__: list[str] = []
+
+# the spec fields the cost model reads, per spec kind (names and formats stay Python objects)
+_MODEL_FIELDS = (
+    "params_b",
+    "active_params_b",
+    "layers",
+    "hidden_size",
+    "attention_heads",
+    "kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "sliding_window",
+    "sliding_window_layers",
+    "experts",
+    "experts_per_token",
+)
+_GPU_FIELDS = ("memory_gb", "bandwidth_gb_s", "fp16_tflops", "fp8_tflops", "interconnect_gb_s", "price_usd_hour")
+# the KV cache of planned configurations: the cost model's default format
+_KV_FP16 = {"name": "fp16", "bits_per_element": 16}
 
 
 @dataclass
 class _Grid:
-    """Candidate arrays (one element per configuration x backend x batch) and per-config tables."""
+    """Evaluation units (distinct configuration x batch pairs), candidates (configuration x backend x
+    batch, each pointing at its unit) and per-config tables."""
 
-    cfg: np.ndarray  # index into the per-config arrays
-    batch: np.ndarray  # slots c (int)
+    cfg: np.ndarray  # per unit: index into the per-config arrays
+    batch: np.ndarray  # per unit: slots c (int)
+    unit: np.ndarray  # per candidate: its unit
     cap_reason: np.ndarray  # what caps the batch at its largest value: kv_memory / max_batch
     at_cap: np.ndarray  # batch equals its cap
     backend: np.ndarray  # names
@@ -39,58 +69,56 @@ def _freeze(spec: dict[str, Any]) -> tuple:
     return tuple(sorted((k, None if isinstance(v, float) and math.isnan(v) else v) for k, v in spec.items()))
 
 
-# Cost models and their tables are cached across calls: a sweep over request rates, SLOs or
-# workloads re-plans the same configurations, and a CostModel is immutable.
-@lru_cache(maxsize=16384)
-def _cost_model(model: tuple, gpu: tuple, quant: tuple, tp: int, calib: tuple, reserved_gb: float):
-    return cost_model(
-        dict(model), dict(gpu), dict(quant), tensor_parallel=tp, calibration=dict(calib), reserved_gb=reserved_gb
-    )
-
-
-@lru_cache(maxsize=16384)
-def _kv_cap(
-    model: tuple, gpu: tuple, quant: tuple, tp: int, calib: tuple, reserved_gb: float, context_tokens: int
-) -> int:
-    return _cost_model(model, gpu, quant, tp, calib, reserved_gb).max_concurrent_seqs(context_tokens)
-
-
-@lru_cache(maxsize=16384)
-def _tables(
-    model: tuple,
-    gpu: tuple,
-    quant: tuple,
-    tp: int,
-    calib: tuple,
-    reserved_gb: float,
-    top: int,
-    prompt: int,
-    output: int,
-    cached: float,
-):
-    """(decode step ms at 0..top sequences of mean context prompt + output/2, TTFT ms, prefill ms).
-    The step time does not depend on the runtime reservation, so any reservation's model serves."""
-    cm = _cost_model(model, gpu, quant, tp, calib, reserved_gb)
-    n = np.arange(top + 1, dtype=float)
-    first = cm.ttft_ms(prompt, cached)
-    return cm.step_ms(n, n * (prompt + output / 2)), first, first - cm.request_overhead_ms
+def _thaw(frozen: tuple) -> dict[str, Any]:
+    """The spec dict back from :func:`_freeze`, blanks as NaN again."""
+    return {k: math.nan if v is None else v for k, v in frozen}
 
 
 def _calibration_key(calibration: object) -> tuple:
-    """The calibration's efficiencies as a hashable key for the cost-model caches."""
+    """The calibration's efficiencies as a hashable key for the grid cache."""
     mapping = _calibration_mapping(calibration)
     return tuple(sorted((k, float(mapping[k])) for k in TUNABLE_EFFICIENCIES if k in mapping and pd.notna(mapping[k])))
 
 
-@lru_cache(maxsize=1024)
-def _batch_grid(cap: int) -> np.ndarray:
-    powers = 2 ** np.arange(int(math.log2(cap)) + 1)
-    return np.unique(np.append(powers, cap))
+def _columns(frozen: tuple, fields: tuple[str, ...], index: np.ndarray) -> dict[str, np.ndarray]:
+    """Spec fields as arrays, one element per ``index`` entry (a column vector, to broadcast)."""
+    specs = [_thaw(f) for f in frozen]
+    return {field: np.array([s[field] for s in specs])[index][:, None] for field in fields}
 
 
-def _thaw(frozen: tuple) -> dict[str, Any]:
-    """The spec dict back from :func:`_freeze`, blanks as NaN again."""
-    return {k: math.nan if v is None else v for k, v in frozen}
+def _batch_grids(cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(entry of each batch, batch) of every entry's grid: powers of two up to its cap, and the cap."""
+    top = np.frexp(cap)[1] - 1  # floor(log2(cap)), exact for integers
+    sizes = top + 1 + ((1 << top) != cap)
+    entry = np.repeat(np.arange(cap.size), sizes)
+    pos = np.arange(entry.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return entry, np.where(pos <= top[entry], np.left_shift(1, pos), cap[entry])
+
+
+def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
+    """Per backend: its cap on the batch (1 without continuous batching), at most ``grid_max``."""
+    limits = []
+    for b in backend_specs:
+        limit = b["max_batch"] if b["continuous_batching"] else 1
+        limits.append(min(grid_max, grid_max if math.isnan(limit) else int(limit)))
+    return np.array(limits)
+
+
+# configurations per block of the step table: a block's temporaries stay in the CPU cache
+_BLOCK_ROWS = 32
+
+
+def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """Decode step ms, a row per configuration (``constants`` columns) and a column per ``n``,
+    evaluated in blocks of rows (several times faster than one pass over the whole table)."""
+    rows = constants["model"]["layers"].shape[0]
+    table = np.empty((rows, n.size))
+    for start in range(0, rows, _BLOCK_ROWS):
+        block = slice(start, start + _BLOCK_ROWS)
+        part = {k: v[block] if np.ndim(v) == 2 else v for k, v in constants.items() if k != "model"}
+        part["model"] = {k: v[block] for k, v in constants["model"].items()}
+        table[block] = step_time(part, n, kv, 0.0, 0.0)
+    return table
 
 
 # The grid does not depend on the rate, the SLOs, the percentile, the workload or the budget, so a
@@ -108,80 +136,87 @@ def _build_grid(
     calib: tuple,
     grid_max: int,
 ) -> _Grid:
-    """Loop over the few (model, GPU, format, TP) combinations (frozen specs) to build their cost
-    models and tables."""
-    support = _support()
+    """Every (model, GPU, format, TP) configuration (frozen specs, nested in that order) with the
+    backends that load the format, shard where TP > 1 and fit one sequence, evaluated as arrays."""
     context = prompt_tokens + output_tokens
-    entries = []  # (config index, backend name, batch cap, what caps it), one per config x backend
-    tables, ttft, prefill, cost_hour, rows = [], [], [], [], []  # rows: per config, its _CONFIG_COLUMNS
-    gpu_specs = [(fg, _thaw(fg)) for fg in gpus]
-    quant_specs = [(fq, _thaw(fq)) for fq in quants]
-    backend_specs = [_thaw(fb) for fb in backends]
-    for fm in models:
-        m = _thaw(fm)
-        if not (math.isnan(m["max_context"]) or context <= m["max_context"]):
-            continue
-        for fg, g in gpu_specs:
-            for fq, q in quant_specs:
-                usable = [b for b in backend_specs if q["name"] in support.get(b["name"], (frozenset(), False))[0]]
-                for tp in tensor_parallel:
-                    if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
-                        continue
-                    tp_backends = [b for b in usable if tp == 1 or support[b["name"]][1]]
-                    specs = (fm, fg, fq, tp, calib)
-                    caps = []
-                    for b in tp_backends:
-                        kv_cap = _kv_cap(*specs, b["reserved_gb"], context)
-                        limit = b["max_batch"] if b["continuous_batching"] else 1
-                        limit = min(grid_max, grid_max if math.isnan(limit) else int(limit))
-                        if kv_cap >= 1:
-                            caps.append((b, min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch"))
-                    if not caps:
-                        continue
-                    index = len(rows)
-                    step, first, alone = _tables(
-                        *specs,
-                        caps[0][0]["reserved_gb"],
-                        max(c for _, c, _ in caps),
-                        prompt_tokens,
-                        output_tokens,
-                        cached_tokens,
-                    )
-                    tables.append(step)
-                    ttft.append(first)
-                    prefill.append(alone)
-                    cost_hour.append(g["price_usd_hour"] * tp)
-                    rows.append(
-                        (
-                            m["name"],
-                            g["name"],
-                            q["name"],
-                            tp,
-                            g["interconnect_gb_s"],
-                            quality_score(m["name"], q["name"]),
-                        )
-                    )
-                    entries.extend((index, b["name"], cap, why) for b, cap, why in caps)
-    width = max((t.size for t in tables), default=1)
-    table = np.full((len(tables), width), np.nan)
-    for i, t in enumerate(tables):
-        table[i, : t.size] = t
-    grids = [_batch_grid(cap) for _, _, cap, _ in entries]
-    sizes = [grid.size for grid in grids]
-    per_entry = lambda k, dtype: np.repeat(np.array([e[k] for e in entries], dtype=dtype), sizes)
-    batch = np.concatenate(grids) if grids else np.array([], dtype=int)
+    model_specs, gpu_specs, quant_specs = ([_thaw(f) for f in kind] for kind in (models, gpus, quants))
+    backend_specs = [_thaw(f) for f in backends]
+    tps = np.array(tensor_parallel)
+    mi, gi, qi, ti = (a.ravel() for a in np.indices((len(models), len(gpus), len(quants), tps.size)))
+    tp = tps[ti]
+
+    support = _support()
+    known = [support.get(b["name"], (frozenset(), False)) for b in backend_specs]
+    loads = np.array([[q["name"] in formats for formats, _ in known] for q in quant_specs]).reshape(len(quants), -1)
+    shards = np.array([shard for _, shard in known], dtype=bool)
+    max_context = np.array([m["max_context"] for m in model_specs])
+    heads = np.array([m["attention_heads"] for m in model_specs])
+    interconnect = np.array([g["interconnect_gb_s"] for g in gpu_specs])
+    fits = (np.isnan(max_context) | (context <= max_context))[mi] & (heads[mi] % tp == 0)
+    fits &= (tp == 1) | (interconnect[gi] > 0)
+    usable = loads[qi] & ((tp == 1)[:, None] | shards) & fits[:, None]
+    rows = np.flatnonzero(usable.any(axis=1))
+    mi, gi, qi, tp, usable = mi[rows], gi[rows], qi[rows], tp[rows], usable[rows]
+
+    model = _columns(models, _MODEL_FIELDS, mi)
+    model["tied_embeddings"] = _columns(models, ("tied_embeddings",), mi)["tied_embeddings"].astype(int)
+    gpu = _columns(gpus, _GPU_FIELDS, gi)
+    quant = _columns(quants, ("bits_per_weight", "compute"), qi)
+    util, act_tokens, _ = _memory_settings(None, None, None, None)
+    reserved = np.array([b["reserved_gb"] for b in backend_specs], dtype=float)
+    constants = cost_constants(
+        {"model": model, "gpu": gpu, "quant": quant, "kv_dtype": _KV_FP16},
+        tp[:, None],
+        _efficiencies(dict(calib), {}),
+        gpu_memory_utilization=util,
+        activation_tokens=act_tokens,
+        reserved_gb=reserved,  # one column per backend
+    )
+    constants.update(model=model, tensor_parallel=tp[:, None])
+    kv_cap = _max_seqs(
+        model,
+        {"kv_budget": constants["kv_budget_bytes"], "kv_layer_bytes": constants["kv_layer_bytes"]},
+        float(context),
+        constants["kv_block_tokens"],
+    )
+    limit = _limits(backend_specs, grid_max)
+    ok = usable & (kv_cap >= 1)
+    kept = np.flatnonzero(ok.any(axis=1))
+    ok, kv_cap = ok[kept], kv_cap[kept]
+    constants = {k: v[kept] if np.ndim(v) == 2 else v for k, v in constants.items() if k != "model"}
+    constants["model"] = {k: v[kept] for k, v in model.items()}
+    cap = np.minimum(kv_cap, limit)
+
+    # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration
+    top = np.where(ok, cap, 0).max(axis=1, initial=0)
+    n = np.arange(top.max(initial=0) + 1, dtype=float)
+    table = _step_table(constants, n, n * (prompt_tokens + output_tokens / 2))
+    table[n > top[:, None]] = np.nan
+    first = ttft_time(constants, float(prompt_tokens), cached_tokens)[:, 0]
+
+    config, backend = np.nonzero(ok)
+    entry, batch = _batch_grids(cap[config, backend])
+    units, unit = np.unique(config[entry] * (batch.max(initial=0) + 1) + batch, return_inverse=True)
+    names = lambda specs, index: np.array([s["name"] for s in specs], dtype=object)[index[kept]]
+    quality = np.array([[quality_score(m["name"], q["name"]) for q in quant_specs] for m in model_specs])
     grid = _Grid(
-        cfg=per_entry(0, int),
-        batch=batch,
-        cap_reason=per_entry(3, object),
-        at_cap=batch == per_entry(2, int),
-        backend=per_entry(1, object),
+        cfg=units // (batch.max(initial=0) + 1),
+        batch=units % (batch.max(initial=0) + 1),
+        unit=unit.ravel(),
+        cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
+        at_cap=batch == cap[config, backend][entry],
+        backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
         step_table=table,
-        ttft_ms=np.array(ttft, dtype=float),
-        prefill_ms=np.array(prefill, dtype=float),
-        gpu_cost_hour=np.array(cost_hour, dtype=float),
+        ttft_ms=first,
+        prefill_ms=first - constants["request_overhead_ms"],
+        gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
         configs={
-            name: np.array([r[i] for r in rows], dtype=dtype) for i, (name, dtype) in enumerate(_CONFIG_COLUMNS.items())
+            "model": names(model_specs, mi),
+            "gpu": names(gpu_specs, gi),
+            "quant": names(quant_specs, qi),
+            "tensor_parallel": tp[kept],
+            "interconnect_gb_s": gpu["interconnect_gb_s"][kept, 0].astype(float),
+            "quality": quality[mi[kept], qi[kept]],
         },
     )
     for value in (*vars(grid).values(), *grid.configs.values()):

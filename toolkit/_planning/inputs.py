@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import gammainccinv
-from scipy.stats import gamma
+from scipy.special import gammainccinv, gammaincinv
 
 from toolkit._args import check_int
 from toolkit._data import load_csv
@@ -20,6 +19,10 @@ __all__: list[str] = []
 
 
 _CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
+
+
+# frontier plans a trace workload is replayed on in the simulator (each replays the whole trace)
+SIMULATED_PLANS = 8
 
 
 _CONFIG_COLUMNS = {
@@ -67,7 +70,8 @@ def length_quantile(cs2: float, percentile: float) -> float:
     """The ``percentile`` of a request's length relative to its mean: a gamma distribution with mean 1
     and squared coefficient of variation ``cs2`` (1 for ``cs2 = 0``; ``-ln(1 - p)`` for ``cs2 = 1``,
     the exponential lengths of geometric outputs)."""
-    return 1.0 if cs2 == 0 else float(gamma.ppf(percentile, 1.0 / cs2, scale=cs2))
+    # scipy.stats.gamma.ppf(percentile, 1 / cs2, scale=cs2), without importing scipy.stats
+    return 1.0 if cs2 == 0 else float(gammaincinv(1.0 / cs2, percentile) * cs2)
 
 
 @lru_cache(maxsize=64)
@@ -85,8 +89,8 @@ def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:
 
 
 def _specs(argument: str, value: object, catalog, resolve) -> list[dict[str, Any]]:
-    if value is None:
-        value = list(catalog()["name"])
+    if value is None:  # every catalog row, validated once (no lookup by name)
+        value = catalog().to_dict("records")
     elif isinstance(value, pd.DataFrame):  # e.g. a filtered catalog: one spec per row
         value = [row for _, row in value.iterrows()]
     elif isinstance(value, (str, dict, pd.Series)):

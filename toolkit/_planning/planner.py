@@ -32,17 +32,20 @@ The model of one replica (every step time from :class:`toolkit.CostModel`, every
 
 Replicas are found by a vectorised bisection over ``1..max_replicas`` (every check is monotone in
 the per-replica load); batch, replicas and every latency are numpy array math over all candidates
-at once. Only building one :class:`CostModel` per model x GPU x format x tensor parallel x runtime
-reservation (and tabulating its decode step over batch 0..cap) is a Python loop; those, and the
-whole candidate grid for a given set of specs and request shape, are cached across calls. Queue waits
-come from the array core of :func:`toolkit.queue_wait` (the same formula, no DataFrame per call).
+at once, each distinct (configuration, batch) searched once for all the backends that share it. The
+candidate grid itself is array math too: every catalog row is resolved and validated once, and the
+cost model's formulas (:mod:`toolkit._model.terms`, the ones :class:`CostModel` evaluates) run over
+all model x GPU x format x tensor-parallel configurations at once, for their KV-bound batch caps, their
+decode step over batch 0..cap and their TTFT; the grid for a given set of specs and request shape is
+cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
+formula, no DataFrame per call).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
-import numpy as np
 import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
@@ -51,14 +54,17 @@ from toolkit._model.catalog import gpus as gpu_catalog
 from toolkit._model.catalog import models as model_catalog
 from toolkit._model.catalog import quantizations as quant_catalog
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
-from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
+from toolkit._planning.evaluate import _Evaluator
+from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _degrees, _percentile_label, _specs
-from toolkit._planning.verify import verify_plans
-from toolkit._planning.workload import trace_variability
+from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.closed_forms import workload_presets
 
 __all__ = ["plan"]
+
+# plans over more model x GPU x format x TP combinations than this show a progress bar by default
+LONG_GRID = 2000
 
 
 def plan(
@@ -81,6 +87,7 @@ def plan(
     calibration: object = None,
     verify: str | None = None,
     client: object = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Every fleet that can serve ``request_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -129,6 +136,10 @@ def plan(
     client : None, "local", str or dask.distributed.Client
         Where those simulations run, as for :func:`toolkit.simulate_grid` (default in-process);
         unused when nothing is simulated.
+    progress : bool, optional
+        A tqdm bar over the stages (candidate grid, fleet search, each trace replay): True shows it,
+        False never; None (default) shows it when stderr is a terminal and the plan is long (a trace
+        to replay, or more than ``LONG_GRID`` model x GPU x format x TP combinations to evaluate).
 
     Returns
     -------
@@ -175,125 +186,54 @@ def plan(
         else check_number("budget_usd_month", budget_usd_month, low=0, low_inclusive=False)
     )
 
+    check_progress(progress)
     frozen = lambda *args: tuple(_freeze(spec) for spec in _specs(*args))
-    grid = _build_grid(
+    specs = (
         frozen("models", models, model_catalog, resolve_model),
         frozen("gpus", gpus, gpu_catalog, resolve_gpu),
         frozen("quants", quants, quant_catalog, resolve_quant),
         frozen("backends", backends, backend_catalog, resolve_backend),
-        tuple(tps),
-        prompt,
-        output,
-        hit * prompt,
-        _calibration_key(calibration),
-        int(_constants()["max_batch_grid"]),
     )
-    const = _constants()
-    ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
-    idx, cfg, replicas, at, cost, per_1m, meets, binding = _fleets(ev, grid, replicas_max, output, budget, const)
+    replays = 0 if trace is None and verify is None else 1
+    long = replays > 0 or math.prod(len(s) for s in specs[:3]) * len(tps) > LONG_GRID
+    bar = progress_bar(progress, long=long, total=2 + replays, desc="plan", unit="stage")
+    try:
+        grid = _build_grid(
+            *specs,
+            tuple(tps),
+            prompt,
+            output,
+            hit * prompt,
+            _calibration_key(calibration),
+            int(_constants()["max_batch_grid"]),
+        )
+        bar.update()
+        const = _constants()
+        ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
+        e2e = f"e2e_p{_percentile_label(pct)}_ms"
+        table = pd.DataFrame(
+            fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
+        )
+        bar.update()
+        if trace is not None or verify is not None:
+            from toolkit._planning.verify import verify_plans  # the simulator loads only when needed
 
-    columns = {name: grid.configs[name][cfg] for name in ("model", "gpu", "quant")}
-    columns.update(
-        {
-            "backend": grid.backend[idx],
-            "tensor_parallel": grid.configs["tensor_parallel"][cfg],
-            "replicas": replicas,
-            "batch": grid.batch[idx],
-            "utilization": at["utilization"],
-            "ttft_ms": at["ttft_ms"],
-            "tpot_ms": at["tpot_ms"],
-            f"e2e_p{_percentile_label(pct)}_ms": at["e2e_ms"],
-            "cost_usd_month": cost,
-            "cost_usd_per_1m_tokens": per_1m,
-            "quality": grid.configs["quality"][cfg],
-            "meets_slo": meets,
-            "binding_constraint": binding.astype(str),
-        }
-    )
-    columns["warnings"] = _warnings(
-        columns, grid.configs["interconnect_gb_s"][cfg], workload, cs2, underestimated, const
-    )
-    order = np.lexsort((at["e2e_ms"], cost, ~meets))
-    table = pd.DataFrame({name: column[order] for name, column in columns.items()})
-    if trace is not None or verify is not None:
-        load = dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2)
-        table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
+            load = dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2)
+            table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
+            bar.update()
+    finally:
+        bar.close()
     return table
 
 
 def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:
     """(label, service cs2, arrival ca2, whether the closed form under-estimates its tail)."""
     if isinstance(workload, pd.DataFrame):
+        from toolkit._planning.workload import trace_variability
+
         cs2, arrival_ca2 = trace_variability(workload)
         return "trace", cs2, arrival_ca2, True  # the trace is replayed in the simulator afterwards
     presets = workload_presets().set_index("preset")
     check_choice("workload", workload, tuple(presets.index))
     underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
     return workload, float(presets.loc[workload, "cs2"]), 1.0, underestimated
-
-
-def _fleets(ev: _Evaluator, grid, replicas_max: int, output: int, budget: float | None, const: dict):
-    """The fewest replicas per candidate that meet the SLOs (else the fewest stable), their
-    latencies, costs, verdicts and binding constraints."""
-    n = grid.batch.size
-    stable_at, meeting, at = _search(ev, n, replicas_max)
-    keep = stable_at > 0
-    replicas = np.where(meeting > 0, meeting, stable_at)[keep]
-    idx = np.flatnonzero(keep)
-    # Only candidates that needed more replicas than the fewest stable are evaluated again.
-    moved = np.flatnonzero(replicas != stable_at[keep])
-    if moved.size:
-        again = ev.evaluate(idx[moved], replicas[moved])
-        for key, value in again.items():
-            at[key][moved] = value
-    cfg = grid.cfg[idx]
-    hours = const["hours_per_month"]
-    cost = grid.gpu_cost_hour[cfg] * replicas * hours
-    per_1m = grid.gpu_cost_hour[cfg] / (at["lam"] * output * 3600.0) * 1e6
-    within = np.ones(idx.size, dtype=bool) if budget is None else cost <= budget
-    meets = at["meets"] & within
-
-    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
-    binding = np.where(at["meets"] & ~within, "budget", binding)
-    more = np.flatnonzero(at["meets"] & (replicas > 1))
-    if more.size:
-        fewer = ev.evaluate(idx[more], replicas[more] - 1)
-        broke = _first_failure(fewer)
-        capped = (broke == "capacity") & grid.at_cap[idx[more]]
-        binding[more] = np.where(capped, grid.cap_reason[idx[more]], broke)
-        binding[more] = np.where(within[more], binding[more], "budget")
-
-    return idx, cfg, replicas, at, cost, per_1m, meets, binding
-
-
-def _warnings(
-    out: dict[str, np.ndarray], interconnect: np.ndarray, workload: str, cs2: float, underestimated: bool, const: dict
-) -> np.ndarray:
-    """One '; '-joined string per row: each row's set of warnings is coded as a bit pattern, and each
-    pattern that occurs is joined once."""
-    rows = out["utilization"].size
-    util = out["utilization"]
-    pcie = (out["tensor_parallel"] > 1) & (interconnect <= const["pcie_interconnect_gb_s"])
-    checks = [
-        (
-            np.full(rows, underestimated),
-            f"high service-time variance ({workload}, cs2={cs2:g}): the closed-form wait under-estimates the "
-            "tail at this variance (workload_presets()); validate with simulate() or a load test",
-        ),
-        (
-            util > const["utilization_warning"],
-            f"utilization above {const['utilization_warning']:g}: little headroom for load spikes",
-        ),
-        (np.isnan(out["quality"]), "quality unknown (no published score for this model and format)"),
-        (pcie, "tensor parallel over PCIe: all-reduces are slow without NVLink"),
-        (np.isnan(out["cost_usd_month"]), "price unknown for this GPU"),
-    ]
-    code = np.zeros(rows, dtype=np.int64)
-    for bit, (mask, _) in enumerate(checks):
-        code |= mask.astype(np.int64) << bit
-    patterns, inverse = np.unique(code, return_inverse=True)
-    joined = np.array(
-        ["; ".join(message for bit, (_, message) in enumerate(checks) if pattern >> bit & 1) for pattern in patterns],
-        dtype=object,
-    )
-    return joined[inverse] if rows else np.array([], dtype=object)

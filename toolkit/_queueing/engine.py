@@ -9,43 +9,49 @@ import heapq
 import math
 import sys
 from collections import deque
-from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from toolkit._model.cost import CostModel
+from toolkit._model.terms import step_time
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
 
 # a replica's phase
 _IDLE, _WAKE, _STEP, _RUN = range(4)
+# requests between progress-bar updates (a power of two)
+_TICK = 1 << 14
+_TICK_MASK = _TICK - 1
 
 
 class _Clock:
     """Step durations in seconds from the cost object: mixed steps one call each, decode runs from a
-    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size."""
+    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A :class:`CostModel`'s step
+    formula is called without its argument checks: the engine's counts are valid by construction."""
 
     def __init__(self, cost: Any, kv_high: int):
-        self._step_ms = cost.step_ms
+        self._step_ms = partial(step_time, vars(cost)) if isinstance(cost, CostModel) else cost.step_ms
         self._high = kv_high
         self._fits: dict[int, _Linear] = {}
 
     def _fit(self, n: int) -> _Linear:
-        fit = self._fits.get(n)
-        if fit is None:
-            fit = _Linear(lambda kv: np.asarray(self._step_ms(n, kv), dtype=float) / 1e3, self._high)
-            self._fits[n] = fit
+        fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
+        self._fits[n] = fit
         return fit
 
     def step(self, n: int, kv: int, p: int, c: int) -> float:
-        return float(self._step_ms(n, kv, p, c)) / 1e3
+        return float(self._step_ms(float(n), float(kv), float(p), float(c))) / 1e3
 
     def run(self, n: int, kv: int, k: int) -> float:
-        return self._fit(n).series(kv, n, k)
+        fit = self._fits.get(n) or self._fit(n)
+        return fit.series(kv, n, k)
 
     def steps_to_reach(self, n: int, kv: int, k: int, seconds: float) -> int:
-        return self._fit(n).steps_to_reach(kv, n, k, seconds)
+        fit = self._fits.get(n) or self._fit(n)
+        return fit.steps_to_reach(kv, n, k, seconds)
 
 
 class _Replica:
@@ -54,7 +60,7 @@ class _Replica:
         "queue",
         "running",
         "prefill",
-        "chunks",
+        "chunked",
         "heap",
         "steps",
         "n_dec",
@@ -71,8 +77,10 @@ class _Replica:
         self.index = index
         self.queue = queue
         self.running: dict[int, bool] = {}  # admission order; value: decoding (True) or prefilling
-        self.prefill: deque = deque()  # [request, tokens left to prefill, tokens prefilled]
-        self.chunks: list = []
+        # [request, tokens left to prefill, tokens prefilled, this step's chunk]; the chunked entries
+        # of a step are always its first ``chunked`` ones
+        self.prefill: deque = deque()
+        self.chunked = 0
         self.heap: list = []  # (decode step at which it finishes, request, epoch)
         self.steps = 0  # decode steps taken so far
         self.n_dec = 0
@@ -86,7 +94,9 @@ class _Replica:
 
 
 class _Engine:
-    """The event loop over all replicas; per-request state lives in flat lists indexed by request."""
+    """The event loop over all replicas. Per-request state lives in preallocated numpy arrays (one
+    element per request, in sending order), read and written through memoryviews, which index at
+    list speed while keeping 8 bytes or less per value."""
 
     run_cap = sys.maxsize  # most decode steps advanced at once; tests set 1 to replay step by step
 
@@ -113,43 +123,60 @@ class _Engine:
         self.routing = routing
         self.overhead_s = overhead_s
         n = len(prompt)
-        self.prompt = [int(x) for x in prompt]
-        self.output = [int(x) for x in output]
-        self.arrival = [float(x) for x in arrival] if arrival is not None else [math.nan] * n
-        nan = math.nan
-        self.admit_t = [nan] * n
-        self.first_t = [nan] * n
-        self.finish_t = [nan] * n
-        self.replica_of = [-1] * n
-        self.preempted = [0] * n
-        self.gen = [0] * n  # tokens generated (for a decoding request: at the step it joined)
-        self.joined = [0] * n  # replica decode step at which it joined the decode batch
-        self.kv_join = [0] * n
-        self.epoch = [0] * n
+        self.n = n
+        self.prompt = np.ascontiguousarray(prompt, dtype=np.int64)
+        self.output = np.ascontiguousarray(output, dtype=np.int64)
+        self.arrival = np.full(n, np.nan) if arrival is None else np.ascontiguousarray(arrival, dtype=float)
+        self.admit_t = np.full(n, np.nan)
+        self.first_t = np.full(n, np.nan)
+        self.finish_t = np.full(n, np.nan)
+        self.replica_of = np.full(n, -1, dtype=np.int32)
+        self.preempted = np.zeros(n, dtype=np.int32)
+        self.gen = np.zeros(n, dtype=np.int64)  # tokens generated (for a decoding request: at the step it joined)
+        self.joined = np.zeros(n, dtype=np.int64)  # replica decode step at which it joined the decode batch
+        self.kv_join = np.zeros(n, dtype=np.int64)
+        self.epoch = np.zeros(n, dtype=np.int32)
+        self._views = {
+            name: memoryview(getattr(self, name))
+            for name in (
+                "prompt",
+                "output",
+                "arrival",
+                "admit_t",
+                "first_t",
+                "finish_t",
+                "replica_of",
+                "preempted",
+                "gen",
+                "joined",
+                "kv_join",
+                "epoch",
+            )
+        }
         central = deque()
         self.central = central
         shared = routing == "shared_queue"
         self.reps = [_Replica(i, central if shared else deque()) for i in range(replicas)]
         self.events: list = []
-        self.next_rr = 0
         self.closed_loop = closed_loop
-        self.pending = deque()  # requests arrived at the client side, in time order
-        self.next_issue = 0
         self.busy_at_window: list[float] = []  # busy seconds per replica when the measured window opens
         self.window_start = 0.0
         self.window_request = 0
 
     # ---- arrivals and routing -------------------------------------------------------------------
-    def _route(self) -> _Replica:
+    def _least_loaded(self) -> _Replica:
+        """The first replica with the fewest requests waiting plus running."""
         reps = self.reps
-        if self.routing == "least_loaded":
-            return min(reps, key=lambda r: (len(r.queue) + len(r.running), r.index))
-        r = reps[self.next_rr % len(reps)]
-        self.next_rr += 1
-        return r
+        best, fewest = reps[0], math.inf
+        for r in reps:
+            load = len(r.queue) + len(r.running)
+            if load < fewest:
+                best, fewest = r, load
+        return best
 
     def _fits(self, r: _Replica, rid: int) -> bool:
-        need = self.prompt[rid] + self.gen[rid] + self.slack
+        v = self._views
+        need = v["prompt"][rid] + v["gen"][rid] + self.slack
         return len(r.running) < self.max_batch and r.kv_used + r.n_dec + need <= self.budget
 
     def _wake(self, r: _Replica, t: float) -> None:
@@ -178,38 +205,21 @@ class _Engine:
             if r.phase == _RUN and self._fits(r, rid):
                 self._truncate(r, t)
 
-    def _arrive(self, rid: int, t: float) -> None:
-        if rid == self.window_request:
-            self.window_start = t
-            self.busy_at_window = [r.busy_s + (t - r.t_start if r.phase in (_STEP, _RUN) else 0.0) for r in self.reps]
-        if self.routing == "shared_queue":
-            self.central.append(rid)
-            self._offer(rid, t)
-            return
-        r = self._route()
-        r.queue.append(rid)
-        if r.phase == _IDLE:
-            self._wake(r, t)
-        elif r.phase == _RUN and len(r.queue) == 1 and self._fits(r, rid):
-            self._truncate(r, t)
-
-    def _issue(self, t: float) -> None:
-        """Closed loop: the next client request leaves at ``t``."""
-        rid = self.next_issue
-        if rid < len(self.prompt):
-            self.next_issue += 1
-            self.arrival[rid] = t
-            self.pending.append(rid)
+    def _open_window(self, t: float) -> None:
+        """The first measured request arrives: note the time and every replica's busy seconds so far."""
+        self.window_start = t
+        self.busy_at_window = [r.busy_s + (t - r.t_start if r.phase in (_STEP, _RUN) else 0.0) for r in self.reps]
 
     # ---- one replica's steps ----------------------------------------------------------------------
     def _preempt(self, r: _Replica, t: float) -> None:
+        v = self._views
         rid, decoding = r.running.popitem()  # the most recently admitted
-        self.preempted[rid] += 1
+        v["preempted"][rid] += 1
         if decoding:
-            done = r.steps - self.joined[rid]
-            kv = self.kv_join[rid] + done
-            self.gen[rid] += done
-            self.epoch[rid] += 1  # its entry in the heap is now stale
+            done = r.steps - v["joined"][rid]
+            kv = v["kv_join"][rid] + done
+            v["gen"][rid] += done
+            v["epoch"][rid] += 1  # its entry in the heap is now stale
             r.n_dec -= 1
             r.kv_dec -= kv
             r.kv_used -= kv + self.slack
@@ -223,142 +233,184 @@ class _Engine:
         if r.queue is self.central:
             self._offer(rid, t, source=r)
 
-    def _complete(self, r: _Replica, rid: int, t: float) -> None:
-        del r.running[rid]
-        self.finish_t[rid] = t
-        if self.closed_loop:
-            self._issue(t)
-
-    def _finish_decodes(self, r: _Replica, t: float) -> None:
-        heap, steps, epoch = r.heap, r.steps, self.epoch
-        while heap and heap[0][0] <= steps:
-            _, rid, ep = heapq.heappop(heap)
-            if ep != epoch[rid]:
-                continue
-            kv = self.kv_join[rid] + steps - self.joined[rid]
-            r.n_dec -= 1
-            r.kv_dec -= kv
-            r.kv_used -= kv + self.slack
-            self.gen[rid] = self.output[rid]
-            self._complete(r, rid, t)
-
-    def _end_phase(self, r: _Replica, t: float) -> None:
-        if r.phase == _WAKE:
-            return
-        r.busy_s += t - r.t_start
-        if r.phase == _RUN:
-            k = r.run_steps
-            r.steps += k
-            r.kv_dec += r.n_dec * k
-            r.kv_used += r.n_dec * k
-            self._finish_decodes(r, t)
-            return
-        r.steps += 1
-        r.kv_dec += r.n_dec
-        r.kv_used += r.n_dec
-        for entry, chunk in r.chunks:
-            entry[1] -= chunk
-            entry[2] += chunk
-        r.chunks = []
-        self._finish_decodes(r, t)
-        prefill = r.prefill
-        while prefill and prefill[0][1] == 0:
-            rid, _, kv = prefill.popleft()
-            g = self.gen[rid] + 1
-            self.gen[rid] = g
-            if self.first_t[rid] != self.first_t[rid]:  # NaN: the first token of this request
-                self.first_t[rid] = t
-            if g >= self.output[rid]:
-                r.kv_used -= kv + self.slack
-                self._complete(r, rid, t)
-                continue
-            r.running[rid] = True
-            self.joined[rid] = r.steps
-            self.kv_join[rid] = kv
-            heapq.heappush(r.heap, (r.steps + self.output[rid] - g, rid, self.epoch[rid]))
-            r.n_dec += 1
-            r.kv_dec += kv
-
-    def _plan(self, r: _Replica, t: float) -> None:
-        """Compose and schedule the next step (or run of decode steps) of ``r`` starting at ``t``."""
-        budget = self.budget
-        while r.kv_used + r.n_dec > budget:
-            self._preempt(r, t)
-        room = self.token_budget - r.n_dec
-        chunks = []
-        p_tokens = p_context = 0
-        for entry in r.prefill:
-            if room <= 0:
-                break
-            chunk = min(room, entry[1])
-            chunks.append((entry, chunk))
-            p_tokens += chunk
-            p_context += entry[2]
-            room -= chunk
-        queue, running = r.queue, r.running
-        head = queue[0] if queue else None
-        prompt, gen, admit_t, slack, max_batch = self.prompt, self.gen, self.admit_t, self.slack, self.max_batch
-        while queue and room > 0 and len(running) < max_batch:
-            rid = queue[0]
-            need = prompt[rid] + gen[rid]
-            if r.kv_used + r.n_dec + need + slack > budget:
-                break
-            queue.popleft()
-            running[rid] = False
-            r.kv_used += need + slack
-            if admit_t[rid] != admit_t[rid]:  # NaN: first admission
-                admit_t[rid] = t
-            self.replica_of[rid] = r.index
-            entry = [rid, need, 0]
-            r.prefill.append(entry)
-            chunk = min(room, need)
-            chunks.append((entry, chunk))
-            p_tokens += chunk
-            room -= chunk
-        if queue is self.central and queue and queue[0] != head:
-            self._offer(queue[0], t, source=r)  # a new head another replica may take
-        if chunks:
-            r.phase = _STEP
-            r.chunks = chunks
-            dt = self.clock.step(r.n_dec, r.kv_dec, p_tokens, p_context)
-        elif r.n_dec:
-            heap, epoch = r.heap, self.epoch
-            while heap[0][2] != epoch[heap[0][1]]:
-                heapq.heappop(heap)
-            k = min(heap[0][0] - r.steps, (budget - r.kv_used) // r.n_dec, self.run_cap)
-            r.phase = _RUN
-            r.run_steps = k
-            dt = self.clock.run(r.n_dec, r.kv_dec, k)
-        else:
-            r.phase = _IDLE
-            return
-        r.t_start = t
-        r.version += 1
-        heapq.heappush(self.events, (t + dt, r.index, r.version))
-
     # ---- the loop -----------------------------------------------------------------------------
-    def run(self, order: Sequence[int] | None, concurrency: int | None) -> float:
-        overhead = self.overhead_s
-        if self.closed_loop:
-            for _ in range(min(concurrency, len(self.prompt))):
-                self._issue(0.0)
-        else:
-            self.pending = deque(order)
-        pending, events, reps, arrival = self.pending, self.events, self.reps, self.arrival
+    def run(self, concurrency: int | None, bar: Any) -> float:
+        """Simulate until every request has finished; return the time of the last event (s).
+        ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
+
+        One pass of the loop handles the next arrival or the next replica event. A replica event ends
+        the replica's phase (a mixed step, or a run of decode steps: its decodes and prefills that
+        finish, first tokens, completions) and plans its next one (preemptions, prefill chunks and
+        admissions in the step's token budget, then a mixed step or the longest run of decode steps
+        that nothing can interrupt). Both parts are written out inline: they run once per event.
+        """
+        v = self._views
+        prompt, output, arrival, admit_t, first_t, finish_t = (
+            v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t")
+        )
+        replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
+        events, reps, clock = self.events, self.reps, self.clock
+        step_s, run_s = clock.step, clock.run
+        heappush, heappop = heapq.heappush, heapq.heappop
+        overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
+        token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
+        shared = self.routing == "shared_queue"
+        round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
+        window_request = self.window_request
         inf = math.inf
+        n = self.n
+        # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine;
+        # a closed loop's clients each send one at time 0, the next as the previous one completes
+        next_arrival, next_issue = 0, n
+        if closed:
+            next_issue = min(concurrency, n)
+            self.arrival[:next_issue] = 0.0
+        ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
         now = 0.0
         while True:
-            ta = arrival[pending[0]] + overhead if pending else inf
             te = events[0][0] if events else inf
-            if ta == inf and te == inf:
-                return now
             if ta <= te:
+                if ta == inf:
+                    return now
                 now = ta
-                self._arrive(pending.popleft(), ta)
+                rid = next_arrival
+                next_arrival += 1
+                if not next_arrival & _TICK_MASK:
+                    bar.update(_TICK)
+                ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+                if rid == window_request:
+                    self._open_window(now)
+                if shared:
+                    self.central.append(rid)
+                    self._offer(rid, now)
+                    continue
+                if round_robin:
+                    r = reps[next_rr % n_reps]
+                    next_rr += 1
+                else:
+                    r = self._least_loaded()
+                queue = r.queue
+                queue.append(rid)
+                phase = r.phase
+                if phase == _IDLE:
+                    self._wake(r, now)
+                elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
+                    self._truncate(r, now)
                 continue
-            now, index, version = heapq.heappop(events)
+            now, index, version = heappop(events)
             r = reps[index]
             if version != r.version:
                 continue
-            self._end_phase(r, now)
-            self._plan(r, now)
+
+            # ---- end the phase that just finished
+            phase = r.phase
+            if phase != _WAKE:
+                r.busy_s += now - r.t_start
+                n_dec = r.n_dec
+                if phase == _RUN:
+                    k = r.run_steps
+                    steps = r.steps = r.steps + k
+                    r.kv_dec += n_dec * k
+                    r.kv_used += n_dec * k
+                else:
+                    steps = r.steps = r.steps + 1
+                    r.kv_dec += n_dec
+                    r.kv_used += n_dec
+                    prefill = r.prefill
+                    for i in range(r.chunked):
+                        entry = prefill[i]
+                        entry[1] -= entry[3]
+                        entry[2] += entry[3]
+                    r.chunked = 0
+                heap = r.heap
+                completed = 0
+                while heap and heap[0][0] <= steps:
+                    _, rid, ep = heappop(heap)
+                    if ep != epoch[rid]:
+                        continue
+                    kv = kv_join[rid] + steps - joined[rid]
+                    r.n_dec -= 1
+                    r.kv_dec -= kv
+                    r.kv_used -= kv + slack
+                    gen[rid] = output[rid]
+                    del r.running[rid]
+                    finish_t[rid] = now
+                    completed += 1
+                if phase == _STEP:
+                    while prefill and prefill[0][1] == 0:
+                        rid, _, kv, _ = prefill.popleft()
+                        g = gen[rid] + 1
+                        gen[rid] = g
+                        if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
+                            first_t[rid] = now
+                        if g >= output[rid]:
+                            r.kv_used -= kv + slack
+                            del r.running[rid]
+                            finish_t[rid] = now
+                            completed += 1
+                            continue
+                        r.running[rid] = True
+                        joined[rid] = steps
+                        kv_join[rid] = kv
+                        heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
+                        r.n_dec += 1
+                        r.kv_dec += kv
+                if closed and completed:  # their clients send their next requests now
+                    for rid in range(next_issue, min(next_issue + completed, n)):
+                        arrival[rid] = now
+                        next_issue = rid + 1
+                    ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+
+            # ---- plan the next step (or run of decode steps) from now
+            while r.kv_used + r.n_dec > budget:
+                self._preempt(r, now)
+            n_dec = r.n_dec
+            room = token_budget - n_dec
+            p_tokens = p_context = chunked = 0
+            for entry in r.prefill:
+                if room <= 0:
+                    break
+                chunk = entry[1] if entry[1] < room else room
+                entry[3] = chunk
+                chunked += 1
+                p_tokens += chunk
+                p_context += entry[2]
+                room -= chunk
+            queue, running = r.queue, r.running
+            head = queue[0] if shared and queue else None
+            while queue and room > 0 and len(running) < max_batch:
+                rid = queue[0]
+                need = prompt[rid] + gen[rid]
+                if r.kv_used + n_dec + need + slack > budget:
+                    break
+                queue.popleft()
+                running[rid] = False
+                r.kv_used += need + slack
+                if admit_t[rid] != admit_t[rid]:  # NaN: first admission
+                    admit_t[rid] = now
+                replica_of[rid] = index
+                chunk = need if need < room else room
+                r.prefill.append([rid, need, 0, chunk])
+                chunked += 1
+                p_tokens += chunk
+                room -= chunk
+            if shared and queue and queue[0] != head:
+                self._offer(queue[0], now, source=r)  # a new head another replica may take
+            if chunked:
+                r.phase = _STEP
+                r.chunked = chunked
+                dt = step_s(n_dec, r.kv_dec, p_tokens, p_context)
+            elif n_dec:
+                heap = r.heap
+                while heap[0][2] != epoch[heap[0][1]]:
+                    heappop(heap)
+                k = min(heap[0][0] - r.steps, (budget - r.kv_used) // n_dec, run_cap)
+                r.phase = _RUN
+                r.run_steps = k
+                dt = run_s(n_dec, r.kv_dec, k)
+            else:
+                r.phase = _IDLE
+                continue
+            r.t_start = now
+            r.version = version = r.version + 1
+            heappush(events, (now + dt, index, version))

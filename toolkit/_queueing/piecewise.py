@@ -37,25 +37,30 @@ class _Linear:
                     cut = int(math.floor(cross))
             stack += [(cut + 1, hi), (lo, cut)]
         pieces.sort()
-        self.starts = [p[0] for p in pieces]
-        self.a = [p[1] for p in pieces]
-        self.b = [p[2] for p in pieces]
+        # plain ints and floats: numpy scalars would make every later sum a slow numpy call
+        self.starts = [int(p[0]) for p in pieces]
+        self.a = [float(p[1]) for p in pieces]
+        self.b = [float(p[2]) for p in pieces]
 
     def __call__(self, x: int) -> float:
         j = bisect_right(self.starts, x) - 1
         return self.a[j] + self.b[j] * x
 
-    def _pieces(self, x0: int, n: int, k: int):
-        """Yield (first step, steps, a, b) for the steps ``x0 + n i``, ``i < k``, piece by piece."""
+    def _pieces(self, x0: int, n: int, k: int) -> list[tuple[int, int, float, float]]:
+        """(first step, steps, a, b) for the steps ``x0 + n i``, ``i < k``, piece by piece."""
         starts = self.starts
         j = bisect_right(starts, x0) - 1
+        if j + 1 == len(starts) or x0 + n * (k - 1) < starts[j + 1]:  # the usual case: one piece
+            return [(0, k, self.a[j], self.b[j])]
+        out = []
         i = 0
         while i < k:
             end = k if j + 1 >= len(starts) or n == 0 else min(k, (starts[j + 1] - x0 + n - 1) // n)
             if end > i:
-                yield i, end - i, self.a[j], self.b[j]
+                out.append((i, end - i, self.a[j], self.b[j]))
                 i = end
             j += 1
+        return out
 
     def series(self, x0: int, n: int, k: int) -> float:
         """``sum(f(x0 + n i) for i in range(k))`` in closed form."""
@@ -74,25 +79,21 @@ class _Linear:
         done = 0.0
         for i, m, a, b in self._pieces(x0, n, k):
             first = a + b * (x0 + n * i)
+            half = b * n / 2
             whole = m * first + b * n * m * (m - 1) / 2
             if done + whole < target:
                 done += whole
                 continue
             need = target - done
-            half = b * n / 2
             lin = first - half
             if half > 0:
                 guess = (-lin + math.sqrt(max(lin * lin + 4 * half * need, 0.0))) / (2 * half)
             else:
                 guess = need / first if first > 0 else 1.0
             s = min(max(int(math.ceil(guess)), 1), m)
-
-            def part(s: int) -> float:
-                return s * first + half * s * (s - 1)
-
-            while s > 1 and part(s - 1) >= need:
+            while s > 1 and (s - 1) * first + half * (s - 1) * (s - 2) >= need:
                 s -= 1
-            while s < m and part(s) < need:
+            while s < m and s * first + half * s * (s - 1) < need:
                 s += 1
             return max(i + s, 1)
         return k

@@ -54,41 +54,43 @@ def _percentiles(values: np.ndarray) -> tuple[float, float, float, float]:
     return float(finite.mean()), float(p50), float(p95), float(p99)
 
 
-def request_records(engine, prompt: np.ndarray, output: np.ndarray, overhead_s: float, n_warm: int) -> pd.DataFrame:
-    """The per-request frame of a finished engine run (times in seconds; see ``simulate``)."""
-    n = len(prompt)
-    arrival_s = np.array(engine.arrival)
-    enter = arrival_s + overhead_s
-    first = np.array(engine.first_t)
-    finish = np.array(engine.finish_t)
-    out_tokens = output.astype(np.int64)
+def request_records(engine, overhead_s: float, n_warm: int) -> pd.DataFrame:
+    """The per-request frame of a finished engine run (times in seconds; see ``simulate``). The
+    engine's record arrays become its columns (the times turned into latencies in place)."""
+    arrival_s = engine.arrival
+    out_tokens = engine.output
+    first, finish, admit = engine.first_t, engine.finish_t, engine.admit_t
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out_tokens > 1, (finish - first) / (out_tokens - 1), np.nan)
-    requests = pd.DataFrame(
-        {
-            "arrival_s": arrival_s,
-            "queue_wait_s": np.array(engine.admit_t) - enter,
-            "ttft_s": first - arrival_s,
-            "tpot_s": tpot,
-            "e2e_s": finish - arrival_s,
-            "prompt_tokens": prompt.astype(np.int64),
-            "output_tokens": out_tokens,
-            "replica": np.array(engine.replica_of),
-            "preempted": np.array(engine.preempted),
-            "warmup": np.arange(n) < n_warm,
-        }
-    )
-    return requests
+    admit -= arrival_s + overhead_s  # the queue wait, from reaching the engine
+    first -= arrival_s  # ttft
+    finish -= arrival_s  # e2e
+    columns = {
+        "arrival_s": arrival_s,
+        "queue_wait_s": admit,
+        "ttft_s": first,
+        "tpot_s": tpot,
+        "e2e_s": finish,
+        "prompt_tokens": engine.prompt,
+        "output_tokens": out_tokens,
+        "replica": engine.replica_of.astype(np.int64),
+        "preempted": engine.preempted.astype(np.int64),
+        "warmup": np.arange(arrival_s.size) < n_warm,
+    }
+    return pd.DataFrame(columns, copy=False)
 
 
 def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_budget: int) -> dict[str, Any]:
-    """The summary row of a run: percentiles of the measured (non-warm-up) requests, throughput, utilisation."""
-    measured = requests[~requests["warmup"]]
-    t0 = float(measured["arrival_s"].min())
-    span = float((measured["arrival_s"] + measured["e2e_s"]).max()) - t0
-    summary: dict[str, Any] = {"requests": len(measured)}
+    """The summary row of a run: percentiles of the measured (non-warm-up) requests, throughput, utilisation.
+    The warm-up requests are the first ones sent, so the measured ones are views of the columns' tails."""
+    first = int(requests["warmup"].sum())
+    measured = lambda column: requests[column].to_numpy()[first:]  # noqa: E731
+    arrival = measured("arrival_s")
+    t0 = float(np.nanmin(arrival))
+    span = float(np.nanmax(arrival + measured("e2e_s"))) - t0
+    summary: dict[str, Any] = {"requests": arrival.size}
     for metric in _METRICS:
-        mean, p50, p95, p99 = _percentiles(measured[f"{metric}_s"].to_numpy())
+        mean, p50, p95, p99 = _percentiles(measured(f"{metric}_s"))
         summary.update(
             {
                 f"{metric}_mean_s": mean,
@@ -97,15 +99,15 @@ def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_bu
                 f"{metric}_p99_s": p99,
             }
         )
-    throughput = len(measured) / span if span > 0 else math.nan
+    throughput = arrival.size / span if span > 0 else math.nan
     busy = sum(r.busy_s for r in engine.reps) - sum(engine.busy_at_window)
     window = end - engine.window_start
     summary.update(
         {
             "throughput_rps": throughput,
-            "output_tok_s": float(measured["output_tokens"].sum()) / span if span > 0 else math.nan,
+            "output_tok_s": float(measured("output_tokens").sum()) / span if span > 0 else math.nan,
             "achieved_concurrency": throughput * summary["e2e_mean_s"],
-            "preemptions": int(requests["preempted"].sum()),
+            "preemptions": int(requests["preempted"].to_numpy().sum()),
             "utilization": busy / (n_replicas * window) if window > 0 else math.nan,
             "kv_budget_tokens": kv_budget,
         }

@@ -37,6 +37,7 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
+from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.engine import _Clock, _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.workload import _load
@@ -47,6 +48,8 @@ _ROUTING = ("round_robin", "least_loaded", "shared_queue")
 # Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
 # one call within memory and minutes.
 MAX_REPLICAS = 10**4
+# runs from this many requests show a progress bar by default (on a terminal): a few seconds
+LONG_REQUESTS = 200_000
 
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
@@ -90,6 +93,7 @@ def simulate(
     cost: object = None,
     warmup_fraction: float = 0.1,
     backend: object = None,
+    progress: bool | None = None,
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -155,6 +159,9 @@ def simulate(
         Fraction of the requests (the first ones sent) left out of ``summary`` as warm-up, in [0, 1).
     backend : str or spec, optional
         Serving backend passed to the cost model (its memory reservation and batch cap).
+    progress : bool, optional
+        A tqdm bar of the requests reaching the engine: True shows it, False never; None (default)
+        shows it for runs of 200,000 requests or more when stderr is a terminal.
 
     Returns
     -------
@@ -185,6 +192,7 @@ def simulate(
     check_choice("routing", routing, _ROUTING)
     warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     seed = check_int("seed", seed, low=0)
+    check_progress(progress)
     rng = np.random.default_rng(seed)
     arrival, prompt, output = _load(
         rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace
@@ -224,9 +232,14 @@ def simulate(
     )
     n_warm = int(warm * n)
     engine.window_request = n_warm
-    end = engine.run(range(n) if arrival is not None else None, None if concurrency is None else int(concurrency))
+    bar = progress_bar(progress, long=n >= LONG_REQUESTS, total=n, desc="simulate", unit="req")
+    try:
+        end = engine.run(None if concurrency is None else int(concurrency), bar)
+        bar.update(n - bar.n)
+    finally:
+        bar.close()
 
-    requests = request_records(engine, prompt, output, overhead_s, n_warm)
+    requests = request_records(engine, overhead_s, n_warm)
     summary = summarize(requests, engine, end, n_replicas, kv_budget)
     config = {
         "arrival_rate": arrival_rate,

@@ -1,0 +1,204 @@
+"""The cost model's formulas as numpy-broadcasting functions: its per-GPU constants, one engine step, TTFT.
+
+Every formula of :class:`toolkit.CostModel` lives here once. ``CostModel`` calls these functions with
+the scalars of one model on one GPU; the planner calls them with arrays holding one element per
+(model, GPU, format, tensor parallel) configuration, so the whole candidate grid is one evaluation.
+The formulas themselves are documented in the module docstring of :mod:`toolkit._model.serving`.
+
+``specs`` arguments are mappings of the spec fields each function reads (``model``, ``gpu``,
+``quant``, ``kv_dtype`` dicts, their values scalars or arrays of one shape); ``constants`` is a
+mapping of the numeric :class:`CostModel` fields plus ``model``, as :func:`cost_constants` returns
+(``vars(cost_model)`` is one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from toolkit._model.memory import _budget, _kv_budget_tokens, _kv_layer_bytes, _layer_split, efficiency_value
+
+__all__: list[str] = []
+
+
+# For plain numbers (the simulator's one step at a time) Python's builtins replace numpy's scalar
+# calls, which cost a microsecond each; they return the same values.
+
+
+def _any(value: Any) -> bool:
+    """Whether any element is non-zero."""
+    return bool(value.any()) if isinstance(value, np.ndarray) else bool(value)
+
+
+def _lesser(a: Any, b: Any) -> Any:
+    """Elementwise minimum."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _greater(a: Any, b: Any) -> Any:
+    """Elementwise maximum."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def weight_terms(model: Mapping[str, Any], quant: Mapping[str, Any], tp: Any) -> tuple[Any, Any, Any, Any]:
+    """(embedding parameters, non-embedding active parameters, weight bytes per GPU, one expert's
+    bytes per GPU; 0 for a dense model).
+
+    Raises
+    ------
+    ValueError
+        If the active parameters do not exceed the embeddings (of any element).
+    """
+    embed = model["vocab_size"] * model["hidden_size"]
+    body = model["active_params_b"] * 1e9 - embed * (2 - model["tied_embeddings"])
+    if np.any(body <= 0):
+        raise ValueError("model['active_params_b'] must exceed the embedding parameters (vocab x hidden)")
+    bytes_per_weight = quant["bits_per_weight"] / 8
+    weights = model["params_b"] * 1e9 * bytes_per_weight / tp
+    # one expert's gate, up and down projections over all layers
+    expert = 3 * model["hidden_size"] * model["intermediate_size"] * model["layers"] * bytes_per_weight / tp
+    return embed, body, weights, expert * (model["experts"] > 0)
+
+
+def cost_constants(
+    specs: Mapping[str, Mapping[str, Any]],
+    tp: Any,
+    efficiencies: Mapping[str, float],
+    *,
+    gpu_memory_utilization: float,
+    activation_tokens: int,
+    reserved_gb: Any,
+) -> dict[str, Any]:
+    """The numeric fields of :class:`CostModel` (per GPU) from validated specs and efficiencies.
+
+    Parameters
+    ----------
+    specs : mapping
+        ``model``, ``gpu``, ``quant`` and ``kv_dtype`` spec mappings (scalars or arrays).
+    tp : int or numpy.ndarray
+        Tensor-parallel degree(s), dividing the attention heads.
+    efficiencies : mapping
+        The validated tunable efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ...).
+    gpu_memory_utilization : float
+        Fraction of GPU memory the engine may use.
+    activation_tokens : int
+        Tokens of the largest forward pass (activation reserve).
+    reserved_gb : float or numpy.ndarray
+        Runtime memory outside weights, KV and activations (GB).
+
+    Returns
+    -------
+    dict
+        ``mbu`` ... ``kv_block_tokens`` as in :class:`CostModel`, broadcast over the inputs.
+    """
+    model, gpu, quant = specs["model"], specs["gpu"], specs["quant"]
+    embed, body, weights, expert = weight_terms(model, quant, tp)
+    budget = _budget(
+        model,
+        gpu,
+        quant,
+        specs["kv_dtype"],
+        tensor_parallel=tp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        reserved_gb=reserved_gb,
+        activation_tokens=activation_tokens,
+    )
+    block = int(efficiency_value("kv_block_tokens"))
+    fp8 = gpu["fp8_tflops"]
+    layer_bytes = _kv_layer_bytes(model, specs["kv_dtype"], tp)
+    return {
+        "mbu": efficiencies["mbu"] * efficiencies["tp_mbu_factor"] ** np.log2(tp),
+        "mfu": efficiencies["mfu"],
+        "step_overhead_ms": efficiencies["step_overhead_ms"],
+        "request_overhead_ms": efficiencies["request_overhead_ms"],
+        "allreduce_latency_us": efficiencies["allreduce_latency_us"],
+        "bandwidth_gb_s": gpu["bandwidth_gb_s"],
+        "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, gpu["fp16_tflops"]),
+        "interconnect_gb_s": gpu["interconnect_gb_s"],
+        "weights_bytes": weights,
+        "shared_weights_bytes": weights - expert * model["experts"],
+        "expert_bytes": expert,
+        "kv_bytes_per_token": layer_bytes * model["layers"],
+        "kv_layer_bytes": layer_bytes,
+        "active_params": model["active_params_b"] * 1e9,
+        "body_flops_per_token": 2 * body / tp,
+        "logits_flops_per_token": 2 * embed / tp,
+        "attention_flops_per_pair": 4 * model["attention_heads"] / tp * model["head_dim"],
+        "kv_budget_bytes": budget["kv_budget"],
+        "kv_budget_tokens": _kv_budget_tokens(model, budget, block),
+        "kv_block_tokens": block,
+    }
+
+
+def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> tuple[Any, Any, Any]:
+    """(memory_ms, compute_ms, overhead_ms) of one engine step: the one step formula.
+
+    ``n`` decoding sequences holding ``kv`` KV tokens, ``p`` prefilled tokens attending to ``c``
+    earlier ones; validated numbers or arrays, broadcast against the constants' arrays.
+    """
+    model = constants["model"]
+    c = c * (p > 0)
+    windowed = model["sliding_window_layers"]
+    full = model["layers"] - windowed
+    tokens = n + p
+
+    decode_kv = full * kv  # per-layer token reads (and attention pairs) of the decoding sequences
+    context_kv = full * c
+    pairs = full * (p * c + p * (p + 1) / 2)
+    if _any(windowed):
+        window = _layer_split(model)[2]
+        decode_kv = decode_kv + windowed * _lesser(kv, n * window)
+        context_kv = context_kv + windowed * _lesser(c, window)
+        uncapped = _lesser(_greater(window - c, 0), p)  # prompt tokens whose keys fit in the window
+        pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
+
+    experts = model["experts"]
+    weights = constants["weights_bytes"]
+    if _any(experts):
+        # dense elements (0 experts) touch none: their shared weights are all the weights
+        share = model["experts_per_token"] / _greater(experts, 1)
+        touched = experts * (1 - (1 - share) ** tokens)
+        weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
+    read = weights + constants["kv_layer_bytes"] * (decode_kv + context_kv + model["layers"] * tokens)
+    memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * constants["mbu"]) * 1e3
+
+    flops = (
+        constants["body_flops_per_token"] * tokens
+        + constants["logits_flops_per_token"] * n
+        + constants["attention_flops_per_pair"] * (decode_kv + pairs)
+    )
+    compute_ms = flops / (constants["tflops"] * 1e12 * constants["mfu"]) * 1e3
+
+    overhead_ms = constants["step_overhead_ms"] + 0 * tokens
+    tp = constants["tensor_parallel"]
+    if isinstance(tp, np.ndarray):
+        if tp.max(initial=1) > 1:
+            with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect
+                overhead_ms = overhead_ms + np.where(tp > 1, _allreduce_ms(constants, tokens), 0.0)
+    elif tp > 1:
+        overhead_ms = overhead_ms + _allreduce_ms(constants, tokens)
+    return memory_ms, compute_ms, overhead_ms
+
+
+def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
+    """The 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
+    step's activations."""
+    model, tp = constants["model"], constants["tensor_parallel"]
+    message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
+    ring_ms = 2 * (tp - 1) / tp * message / (constants["interconnect_gb_s"] * 1e9) * 1e3
+    return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
+
+
+def step_time(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> Any:
+    """Step time in ms: max(memory, compute) + overhead (the roofline of :func:`step_parts`)."""
+    memory_ms, compute_ms, overhead_ms = step_parts(constants, n, kv, p, c)
+    return _greater(memory_ms, compute_ms) + overhead_ms
+
+
+def ttft_time(constants: Mapping[str, Any], prompt: Any, cached: Any) -> Any:
+    """Time to first token in ms: one prefill step of the uncached prompt (at least one token, as
+    engines compute on a full cache hit) plus the request overhead; validated inputs."""
+    new = _greater(prompt - cached, 1)
+    return step_time(constants, 0, 0, new, prompt - new) + constants["request_overhead_ms"]
