@@ -204,7 +204,7 @@ def _notebook_section(out: Path, base_url: str | None, model: str | None, notebo
         from nbclient import NotebookClient
     except ImportError:
         raise ValueError(
-            "execute_notebooks=True needs the notebooks extra: pip install 'toolkit[notebooks]'"
+            "execute_notebooks=True needs the notebooks extra: pip install 'llm-serving-capacity-toolkit[notebooks]'"
             " (or pass execute_notebooks=False)"
         ) from None
 

@@ -1,6 +1,6 @@
 """Running a grid's chunks on Dask: which client, how many scenarios per task, and collecting rows.
 
-Dask is optional (``pip install 'toolkit[dask]'``); nothing here imports it until a client is asked
+Dask is optional (``pip install 'llm-serving-capacity-toolkit[dask]'``); nothing here imports it until a client is asked
 for. Each task runs ``run_chunk`` on a list of scenarios. Trace frames are scattered to every worker
 once, before any task, and reach the tasks as futures; traces given by name are loaded from the
 package data on the worker, once per process. Tasks are pure functions of their arguments, so a task
@@ -23,7 +23,7 @@ from toolkit._scale.scenarios import run_chunk
 __all__: list[str] = []
 
 SCHEDULER_ENV = "TOOLKIT_DASK_SCHEDULER"
-INSTALL = "pip install 'toolkit[dask]' (from a clone of the project: pip install '.[dask]')"
+INSTALL = "pip install 'llm-serving-capacity-toolkit[dask]' (from a clone of the project: pip install '.[dask]')"
 # attempts after the first when a task raises (a worker dying is rescheduled by Dask without counting)
 RETRIES = 2
 # tasks per worker thread: enough that an uneven chunk or a lost worker does not idle the others

@@ -60,7 +60,7 @@ def simulate_grid(
         a ``dask.distributed.LocalCluster`` of one single-threaded worker process per CPU, started
         and closed by this call. Another string: a scheduler address (``"tcp://host:8786"``). A
         ``Client``: its cluster. Anything but None needs the ``dask`` extra (``pip install
-        'toolkit[dask]'``; a ValueError says so when it is missing); the workers only need this
+        'llm-serving-capacity-toolkit[dask]'``; a ValueError says so when it is missing); the workers only need this
         package installed.
     seed : int
         Base seed (0 to 2**63 - 1). A scenario without its own ``seed`` gets the first 64-bit word
