@@ -131,7 +131,7 @@ def test_without_dask_a_client_says_what_to_install(client, monkeypatch):
     for name in [m for m in sys.modules if m == "dask" or m.startswith(("dask.", "distributed"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "dask", None)  # import dask now raises ImportError
-    with pytest.raises(ValueError, match=r"client=.*pip install 'toolkit\[dask\]'"):
+    with pytest.raises(ValueError, match=r"client=.*pip install 'llm-serving-capacity-toolkit\[dask\]'"):
         toolkit.simulate_grid([CHAT], client=client, progress=False)
     monkeypatch.setenv("TOOLKIT_DASK_SCHEDULER", "tcp://127.0.0.1:8786")
     with pytest.raises(ValueError, match=r"TOOLKIT_DASK_SCHEDULER.*pip install"):
