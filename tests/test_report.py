@@ -508,6 +508,21 @@ def test_notebook_setup_picks_an_offline_renderer():
         pd.reset_option("display.max_colwidth")
 
 
+def test_notebook_setup_follows_the_environment(monkeypatch):
+    import altair as alt
+
+    before = alt.renderers.active
+    monkeypatch.setenv("TOOLKIT_NOTEBOOK_RENDERER", "svg")
+    try:
+        assert toolkit.notebook_setup() == "svg"
+        monkeypatch.setenv("TOOLKIT_NOTEBOOK_RENDERER", "cdn")
+        with pytest.raises(ValueError, match="TOOLKIT_NOTEBOOK_RENDERER"):
+            toolkit.notebook_setup()
+    finally:
+        alt.renderers.enable(before)
+        pd.reset_option("display.max_colwidth")
+
+
 def test_notebook_setup_refuses_an_unknown_renderer():
     with pytest.raises(ValueError, match="renderer"):
         toolkit.notebook_setup("cdn")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import altair as alt
 import pandas as pd
@@ -12,6 +13,7 @@ from toolkit._args import check_choice
 __all__ = ["notebook_setup"]
 
 RENDERERS = ("auto", "jupyter", "svg")
+RENDERER_ENV = "TOOLKIT_NOTEBOOK_RENDERER"  # overrides "auto" (build_report sets "svg")
 
 
 def notebook_setup(renderer: str = "auto") -> str:
@@ -26,8 +28,9 @@ def notebook_setup(renderer: str = "auto") -> str:
     Parameters
     ----------
     renderer : {"auto", "jupyter", "svg"}
-        ``"auto"`` picks ``"jupyter"`` when ``anywidget`` is installed (the ``notebooks`` extra
-        installs it), else ``"svg"``.
+        ``"auto"`` takes the environment variable ``TOOLKIT_NOTEBOOK_RENDERER`` when set (the report
+        executes its notebooks with ``svg``, so their saved copies stay small), else ``"jupyter"``
+        when ``anywidget`` is installed (the ``notebooks`` extra installs it), else ``"svg"``.
 
     Returns
     -------
@@ -35,6 +38,8 @@ def notebook_setup(renderer: str = "auto") -> str:
         The renderer enabled (``"jupyter"`` or ``"svg"``).
     """
     renderer = check_choice("renderer", renderer, RENDERERS)
+    if renderer == "auto" and os.environ.get(RENDERER_ENV):
+        renderer = check_choice(RENDERER_ENV, os.environ[RENDERER_ENV], RENDERERS[1:])
     if renderer == "auto":
         renderer = "jupyter" if importlib.util.find_spec("anywidget") else "svg"
     if renderer == "jupyter":

@@ -18,6 +18,7 @@ from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.conclusion import _accuracy as _accuracy_words
 from toolkit._report.measure import _Run
+from toolkit._report.notebook import RENDERER_ENV
 from toolkit._report.tiles import decomposition_note
 from toolkit._report.views import _sample_html, _views
 
@@ -208,7 +209,8 @@ def _notebook_section(out: Path, base_url: str | None, model: str | None, notebo
             " (or pass execute_notebooks=False)"
         ) from None
 
-    env = {**os.environ, NOTEBOOK_ENV["sweep_dir"]: str(out.resolve())}
+    # static SVG charts: the executed copies stay small and display anywhere, a code host included
+    env = {**os.environ, NOTEBOOK_ENV["sweep_dir"]: str(out.resolve()), RENDERER_ENV: "svg"}
     for key, value in (("base_url", base_url), ("model", model)):
         if value:
             env[NOTEBOOK_ENV[key]] = value
