@@ -18,29 +18,22 @@ import pandas as pd
 
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies
 from toolkit._model.memory import _max_seqs
+from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
+from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL
+from toolkit._model.resolve import _MODEL_FIELDS as _MODEL_SPEC
 from toolkit._model.serving import _memory_settings
 from toolkit._model.terms import cost_constants, step_time, ttft_time
 from toolkit._planning.inputs import _support, quality_score
 
 __all__: list[str] = []
 
-# the spec fields the cost model reads, per spec kind (names and formats stay Python objects)
-_MODEL_FIELDS = (
-    "params_b",
-    "active_params_b",
-    "layers",
-    "hidden_size",
-    "attention_heads",
-    "kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "vocab_size",
-    "sliding_window",
-    "sliding_window_layers",
-    "experts",
-    "experts_per_token",
+# the spec fields the cost model reads, per spec kind: the resolvers' numeric fields (one list of
+# them, in toolkit._model.resolve); tied_embeddings is a flag, taken apart, and max_context only
+# filters configurations
+_MODEL_FIELDS = tuple(
+    f for f in (*_MODEL_SPEC, *_MODEL_OPTIONAL) if f not in ("name", "tied_embeddings", "max_context")
 )
-_GPU_FIELDS = ("memory_gb", "bandwidth_gb_s", "fp16_tflops", "fp8_tflops", "interconnect_gb_s", "price_usd_hour")
+_GPU_FIELDS = tuple(f for f in (*_GPU_SPEC, *_GPU_OPTIONAL) if f != "name")
 # the KV cache of planned configurations: the cost model's default format
 _KV_FP16 = {"name": "fp16", "bits_per_element": 16}
 
