@@ -3,7 +3,6 @@ recorded error naming the field, and never turn into a confident zero, a negativ
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import math
@@ -15,9 +14,10 @@ import pytest
 from fault_server import FaultServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lane_harness import lane_records
 
 import toolkit
-from toolkit._sweep.lanes import RETRY_AFTER_CAP_S, LaneContext, _retry_after, run_lane
+from toolkit._sweep.lanes import RETRY_AFTER_CAP_S, _retry_after
 
 TOKENS = 4
 PROMPTS = [f"alpha beta gamma delta lane{i}" for i in range(3)]
@@ -208,35 +208,7 @@ def _hostile_stream(values: dict) -> bytes:
 @given(values=st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=4))
 def test_any_json_in_any_field_fails_at_most_its_own_lane(values):
     body = _hostile_stream(values)
-    records: list[dict] = []
-
-    async def main():
-        transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
-        async with httpx.AsyncClient(transport=transport) as client:
-            ctx = LaneContext(
-                client=client,
-                auth=None,
-                chat_url="http://test/v1/chat/completions",
-                body={"model": "m"},
-                timeout_s=5,
-                attempts=2,
-                postprocess=None,
-                slots=asyncio.Semaphore(1),
-                secrets=(),
-                on_record=records.append,
-            )
-            for lane in range(2):
-                await run_lane(
-                    ctx,
-                    index=lane,
-                    prompt="p",
-                    messages=[{"role": "user", "content": "p"}],
-                    keys={"in_flight": 1, "repeat": 1, "rate_rps": math.nan, "session": "s"},
-                    first_attempt=1,
-                    level_t0=time.perf_counter(),
-                )
-
-    asyncio.run(main())  # never raises
+    records = lane_records(lambda request: httpx.Response(200, content=body), attempts=2, lanes=2)  # never raises
     for lane in range(2):
         mine = [r for r in records if r["lane"] == lane]
         assert [r["final"] for r in mine].count(True) == 1 and mine[-1]["final"]

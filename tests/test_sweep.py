@@ -16,13 +16,13 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from lane_harness import lane_records
 from scipy import stats
 from streaming_server import Script, StreamingServer, default_script, words
 
 import toolkit
 from toolkit._data import load_csv
 from toolkit._queueing.arrivals import arrival_offsets_s
-from toolkit._sweep.lanes import LaneContext, run_lane
 from toolkit._sweep.levels import add_relative
 
 SLACK_S = 0.6
@@ -541,43 +541,12 @@ def test_bad_arguments_raise_value_error_naming_them(kw, name):
 # --- error paths of one lane (MockTransport) ---------------------------------------------------
 
 
-def _lane_records(handler, attempts=1) -> list[dict]:
-    records: list[dict] = []
-
-    async def main():
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            ctx = LaneContext(
-                client=client,
-                auth=None,
-                chat_url="http://test/v1/chat/completions",
-                body={"model": "m"},
-                timeout_s=5,
-                attempts=attempts,
-                postprocess=None,
-                slots=asyncio.Semaphore(1),
-                secrets=("sk-secret",),
-                on_record=records.append,
-            )
-            await run_lane(
-                ctx,
-                index=0,
-                prompt="p",
-                messages=[{"role": "user", "content": "p"}],
-                keys={"in_flight": 1, "repeat": 1, "rate_rps": math.nan, "session": "s"},
-                first_attempt=1,
-                level_t0=time.perf_counter(),
-            )
-
-    asyncio.run(main())
-    return records
-
-
 def _sse(*chunks: str) -> bytes:
     return "".join(f"data: {c}\n\n" for c in chunks).encode()
 
 
 def test_server_error_body_is_recorded_with_the_key_redacted():
-    records = _lane_records(lambda r: httpx.Response(500, text="boom, your key sk-secret is bad"), attempts=2)
+    records = lane_records(lambda r: httpx.Response(500, text="boom, your key sk-secret is bad"), attempts=2)
     assert [r["outcome"] for r in records] == ["error", "error"] and records[-1]["final"]
     assert "HTTP 500" in records[0]["error"] and "boom" in records[0]["error"]
     assert "sk-secret" not in records[0]["error"]
@@ -586,13 +555,13 @@ def test_server_error_body_is_recorded_with_the_key_redacted():
 
 def test_malformed_sse_line_is_an_error():
     body = _sse('{"choices":[{"delta":{"content":"a"}}]}', '{"choices": [tru')
-    [rec] = _lane_records(lambda r: httpx.Response(200, content=body))
+    [rec] = lane_records(lambda r: httpx.Response(200, content=body))
     assert rec["outcome"] == "error" and "malformed SSE" in rec["error"]
 
 
 def test_stream_without_end_is_an_error():
     body = _sse('{"choices":[{"delta":{"content":"a"}}]}')
-    [rec] = _lane_records(lambda r: httpx.Response(200, content=body))
+    [rec] = lane_records(lambda r: httpx.Response(200, content=body))
     assert rec["outcome"] == "error" and "[DONE]" in rec["error"]
 
 
@@ -600,7 +569,7 @@ def test_connection_failure_is_an_error_with_its_type():
     def handler(request):
         raise httpx.ConnectError("refused")
 
-    [rec] = _lane_records(handler)
+    [rec] = lane_records(handler)
     assert rec["outcome"] == "error" and "ConnectError" in rec["error"] and rec["llm_s"] >= 0
 
 
@@ -611,7 +580,7 @@ def test_usage_chunk_is_not_content():
         '{"choices":[],"usage":{"completion_tokens":1,"prompt_tokens":2}}',
         "[DONE]",
     )
-    [rec] = _lane_records(lambda r: httpx.Response(200, content=body))
+    [rec] = lane_records(lambda r: httpx.Response(200, content=body))
     assert rec["outcome"] == "ok" and rec["content_chunks"] == 1 and rec["output_tokens"] == 1
 
 
