@@ -130,11 +130,7 @@ async def _scrape_frame(url: str, auth: httpx.Auth | None, timeout_s: float) -> 
 
 def _frame(text: str, url: str) -> pd.DataFrame:
     try:
-        rows = [
-            {"name": s.name, "family": fam.name, "type": fam.type, "labels": dict(s.labels), "value": float(s.value)}
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        ]
+        rows = _samples(text)
     except Exception as exc:  # the parser raises several types on malformed input
         raise ValueError(f"{url} is not a Prometheus metrics page ({type(exc).__name__}: {exc})") from None
     frame = pd.DataFrame(rows, columns=["name", "family", "type", "labels", "value"])
@@ -180,11 +176,7 @@ class Delta:
 def parse_snapshot(text: str) -> Snapshot:
     """Turn the text of a ``/metrics`` page into a :class:`Snapshot` (never raises on bad text)."""
     try:
-        rows = [
-            {"name": s.name, "value": float(s.value)}
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        ]
+        rows = _samples(text)
     except Exception as exc:  # the parser raises several types on malformed input
         return Snapshot(None, reason=f"/metrics is not in the Prometheus text format ({type(exc).__name__})")
     values = _sum_by_name(rows)
@@ -267,6 +259,16 @@ def _hit_rate(engine: str, diff: dict[str, float]) -> tuple[float, str, float]:
     if diff["hits"] > looked_up:
         return math.nan, f"{engine} counted more cache hits than tokens looked up (not a rate)", looked_up
     return diff["hits"] / looked_up, "", looked_up
+
+
+def _samples(text: str) -> list[dict]:
+    """One dict per sample of a Prometheus page (``name``, ``family``, ``type``, ``labels``,
+    ``value``); prometheus_client's parser raises on malformed text."""
+    return [
+        {"name": s.name, "family": fam.name, "type": fam.type, "labels": dict(s.labels), "value": float(s.value)}
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
 
 
 def _sum_by_name(rows: list[dict]) -> dict[str, float]:
