@@ -38,23 +38,21 @@ def sweep(srv: FaultServer, prompts, **kw) -> toolkit.SweepResult:
 
 
 def test_a_trickling_server_cannot_stretch_a_request_past_timeout_s():
+    # a byte every 0.3 s never lets a per-read timeout of 1.5 s fire: only a whole-request one can
     with FaultServer(trickle_s=0.3) as srv:
-        began = time.monotonic()
         res = sweep(srv, ["[[fault:trickle]] a", "b"], timeout_s=1.5)
-        took = time.monotonic() - began
     lanes = res.lanes.set_index("lane")
-    assert lanes.loc[0, "outcome"] == "error" and "timeout" in lanes.loc[0, "error"]
-    assert lanes.loc[0, "llm_s"] < 1.5 + 0.5  # a byte every 0.3 s never resets the clock
+    assert lanes.loc[0, "outcome"] == "error" and "timeout_s=1.5" in lanes.loc[0, "error"]
     assert lanes.loc[1, "outcome"] == "ok"
-    assert took < 15
 
 
 def test_scrape_metrics_timeout_bounds_the_whole_read():
-    with FaultServer(metrics_mode="trickle", trickle_s=0.2) as srv:
-        began = time.monotonic()
-        with pytest.raises(httpx.TimeoutException, match="timeout_s=1"):
-            toolkit.scrape_metrics(f"{srv.root_url}/metrics", timeout_s=1)
-        assert time.monotonic() - began < 5
+    # a byte every 0.2 s: a per-read timeout of 1 s would wait for ever; the whole-read one fires
+    with (
+        FaultServer(metrics_mode="trickle", trickle_s=0.2) as srv,
+        pytest.raises(httpx.TimeoutException, match="timeout_s=1"),
+    ):
+        toolkit.scrape_metrics(f"{srv.root_url}/metrics", timeout_s=1)
 
 
 def test_the_deadline_bounds_the_metrics_scrapes():
@@ -63,7 +61,9 @@ def test_the_deadline_bounds_the_metrics_scrapes():
         with pytest.warns(RuntimeWarning, match="stopped early"):
             res = sweep(srv, ["a"], repeats=3, deadline_s=3)
         took = time.monotonic() - began
-    assert took < 3 + 4  # the scrape before the first level is cut at the deadline, not at 10 s per scrape
+    # a hang bound, not a speed target: the first scrape is cut at the 3 s deadline, where a
+    # per-scrape limit of 10 s would take over 10 s
+    assert took < 3 + 4
     assert res.stopped
 
 
