@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "scrape_metrics": "_sweep.metrics",
     "LlamaServer": "_sweep.llama_server",
     "replay_trace": "_sweep.replay",
+    "profile": "_sweep.profile",
     "ReplayResult": "_sweep.replay_result",
     # charts and report
     "decode_throughput_chart": "_report.charts",

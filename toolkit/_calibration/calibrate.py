@@ -42,7 +42,7 @@ def calibrate(
     quant: object,
     tensor_parallel: int = 1,
     kv_dtype: object = "fp16",
-    fit: Sequence[str] = _fit.DEFAULT_FIT,
+    fit: Sequence[str] | None = None,
     bounds: Mapping[str, tuple[float, float]] | None = None,
 ) -> pd.DataFrame:
     """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
@@ -64,7 +64,9 @@ def calibrate(
     lanes_or_levels : pandas.DataFrame or SweepResult
         ``SweepResult.lanes`` (one observation pair per finished lane attempt), ``SweepResult.levels``
         (one pair per level, from ``ttft_p50_ms`` / ``tpot_p50_ms`` and per-lane mean tokens) or a
-        ``SweepResult`` (its lanes, with the achieved concurrency of its levels).
+        ``SweepResult`` (its lanes, with the achieved concurrency of its levels), or the frame of
+        :func:`toolkit.profile` (TTFT of its single requests, TPOT of its decode and batch cells;
+        noisy cells and failed requests left out).
     model, gpu, quant : str or spec
         As in :func:`toolkit.cost_model`; ``gpu`` may be a GPU name or the row of
         :func:`toolkit.measure_host`.
@@ -72,9 +74,11 @@ def calibrate(
         GPUs per replica.
     kv_dtype : str or spec
         KV-cache format.
-    fit : sequence of str
-        The parameters to fit, a subset of ``mbu``, ``mfu``, ``step_overhead_ms``,
-        ``request_overhead_ms``; the others keep their defaults from ``data/efficiency.csv``.
+    fit : sequence of str or None
+        The parameters to fit, a subset of the tunable efficiencies (``mbu``, ``mfu``,
+        ``step_overhead_ms``, ``request_overhead_ms``, ``serial_share``, ...); the others keep their
+        defaults from ``data/efficiency.csv``. None fits ``mbu``, ``mfu``, ``step_overhead_ms`` and
+        ``request_overhead_ms``, and for a profile ``serial_share`` too.
     bounds : dict, optional
         ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
         (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
@@ -93,7 +97,8 @@ def calibrate(
         ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
         ``tensor_parallel``, ``kv_dtype``.
     """
-    fit = tuple(fit)
+    profiled = isinstance(lanes_or_levels, pd.DataFrame) and "cell" in lanes_or_levels.columns
+    fit = (_fit.PROFILE_FIT if profiled else _fit.DEFAULT_FIT) if fit is None else tuple(fit)
     if not fit:
         raise ValueError(f"fit must name at least one of {', '.join(_fit.PARAMETERS)}")
     for name in fit:
@@ -160,11 +165,13 @@ def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object
         if not loose:
             return result, held
         worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
-        held[worst] = f"{worst} held at its default {defaults[worst]:g}: " + (
-            "the data do not constrain it"
-            if np.isnan(rel[worst])
-            else f"its standard error is {rel[worst]:.0%} of its value"
-        )
+        if not result["constrained"][worst] or np.isnan(rel[worst]):
+            why = "the data do not constrain it"
+        elif result["params"][worst] == 0:
+            why = "it fitted to 0, its lower bound, so the data say only that it is small"
+        else:
+            why = f"its standard error is {rel[worst]:.0%} of its value"
+        held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
         names.remove(worst)
     return {**_fit.residuals_at(obs, build(**defaults)), "params": dict(defaults)}, held
 

@@ -40,6 +40,9 @@ __all__: list[str] = []
 # Every tunable efficiency of the cost model can be fitted; a sweep identifies these four by default.
 PARAMETERS = tuple(TUNABLE_EFFICIENCIES)
 DEFAULT_FIT = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
+# A profile (toolkit.profile) also varies the batch at a fixed context, which shows how the memory and
+# compute terms add up.
+PROFILE_FIT = (*DEFAULT_FIT, "serial_share")
 # A fitted parameter whose standard error exceeds this share of its value is not identified by the
 # data; calibrate() holds it at its default rather than let it trade against the others.
 MAX_RELATIVE_SE = 0.25
@@ -60,6 +63,11 @@ def observations(data: object) -> pd.DataFrame:
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
     ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``.
     """
+    if isinstance(data, pd.DataFrame) and "cell" in data.columns:
+        obs = _from_profile(data)
+        if obs.empty:
+            raise ValueError("the profile holds no finished request of a cell that is not noisy")
+        return obs.reset_index(drop=True)
     lanes = getattr(data, "lanes", None)
     levels = getattr(data, "levels", None)
     if isinstance(data, pd.DataFrame):
@@ -136,6 +144,37 @@ def _timeline(df: pd.DataFrame, new: pd.Series) -> tuple[np.ndarray, np.ndarray,
         span = end - first
         batch[idx] = np.where(span > 0, overlap.sum(axis=1) / np.where(span > 0, span, 1.0), 1.0)
     return wave, decoding, batch
+
+
+def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
+    """A profile's requests as observations: TTFT from the ``prefill`` cells (a short prefill alone:
+    the long prompts of the decode cells would weigh the quadratic attention term), the decode step from the ``decode`` and ``batch`` cells (``batch``
+    sequences at ``prompt + output/2`` tokens each). The step is the request's median inter-token
+    gap where recorded (its TPOT otherwise): the requests of a wave reach the server a few ms apart,
+    and the steps that prefill a late one would otherwise count as decode steps of the early ones.
+    Failed requests and noisy cells are left out."""
+    _require(
+        profile, ["cell", "batch", "prompt_tokens", "cached_tokens", "output_tokens", "ttft_ms", "tpot_ms"], "profile"
+    )
+    df = profile[profile["outcome"].eq("ok")] if "outcome" in profile.columns else profile
+    if "noisy" in df.columns:
+        df = df[~df["noisy"].astype(bool)]
+    df = df[np.isfinite(df["prompt_tokens"].astype(float)) & (df["prompt_tokens"] >= 1)].reset_index(drop=True)
+    single = df["cell"].eq("prefill").to_numpy()
+    decoding = df["cell"].isin(["decode", "batch"]).to_numpy()
+    cached = np.clip(df["cached_tokens"].astype(float).fillna(0.0), 0.0, df["prompt_tokens"] - 1)
+    batch = df["batch"].astype(float)
+    return _frame(
+        in_flight=batch,
+        batch=batch,
+        prompt=df["prompt_tokens"].astype(float),
+        cached=cached,
+        output=np.where(decoding, df["output_tokens"].astype(float), 1.0),  # no TPOT from a prefill cell
+        ttft=np.where(single, df["ttft_ms"].astype(float), np.nan),
+        tpot=(df["itl_ms_p50"] if "itl_ms_p50" in df.columns else df["tpot_ms"]).astype(float).fillna(df["tpot_ms"]),
+        wave_tokens=df["prompt_tokens"].astype(float) - cached,
+        decoding=np.zeros(len(df)),
+    )
 
 
 def _from_levels(levels: pd.DataFrame) -> pd.DataFrame:

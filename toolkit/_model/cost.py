@@ -16,7 +16,7 @@ import numpy as np
 from toolkit._args import check_array
 from toolkit._model.efficiency import _SCALARS, _nonneg
 from toolkit._model.memory import _max_seqs
-from toolkit._model.terms import step_parts, step_time, ttft_time
+from toolkit._model.terms import combine, step_parts, step_time, ttft_time
 
 __all__ = ["CostModel"]
 
@@ -39,6 +39,8 @@ class CostModel:
         Memory-bandwidth utilisation (after the tensor-parallel factor) and FLOPs utilisation.
     step_overhead_ms, request_overhead_ms, allreduce_latency_us : float
         Fixed costs per engine step, per request, per all-reduce.
+    serial_share : float
+        Share of the smaller of a step's memory and compute times added to the larger (0: roofline).
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
     weights_bytes, shared_weights_bytes, expert_bytes : float
@@ -70,6 +72,7 @@ class CostModel:
     step_overhead_ms: float
     request_overhead_ms: float
     allreduce_latency_us: float
+    serial_share: float
     bandwidth_gb_s: float
     tflops: float
     interconnect_gb_s: float
@@ -106,14 +109,15 @@ class CostModel:
         Returns
         -------
         dict of numpy.ndarray
-            ``memory_ms``, ``compute_ms``, ``overhead_ms`` (step overhead plus all-reduce), ``step_ms``.
+            ``memory_ms``, ``compute_ms``, ``overhead_ms`` (step overhead plus all-reduce), ``step_ms``
+            (max(memory, compute) + ``serial_share`` x min(memory, compute) + overhead).
         """
         n = _nonneg("decode_seqs", decode_seqs)
         kv = _nonneg("kv_tokens", kv_tokens)
         p = _nonneg("prefill_tokens", prefill_tokens)
         c = _nonneg("prefill_context_tokens", prefill_context_tokens)
         memory_ms, compute_ms, overhead_ms = step_parts(vars(self), n, kv, p, c)
-        step = np.maximum(memory_ms, compute_ms) + overhead_ms
+        step = combine(vars(self), memory_ms, compute_ms, overhead_ms)
         shape = np.broadcast_shapes(n.shape, kv.shape, p.shape, c.shape)
         return {
             "memory_ms": np.broadcast_to(memory_ms, shape),
@@ -125,7 +129,7 @@ class CostModel:
     def step_ms(
         self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
     ) -> float | np.ndarray:
-        """Duration of one engine iteration in ms: max(memory, compute) + step overhead (+ all-reduce).
+        """Duration of one engine iteration in ms: the roofline of memory and compute plus the step overhead.
 
         Parameters
         ----------

@@ -6,7 +6,8 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 
     memory_ms  = (weights read + KV read + KV written) / (bandwidth x MBU)
     compute_ms = FLOPs / (TFLOPS x MFU)
-    step_ms    = max(memory_ms, compute_ms) + step_overhead_ms + all-reduce
+    step_ms    = max(memory_ms, compute_ms) + serial_share x min(memory_ms, compute_ms)
+                 + step_overhead_ms + all-reduce
 
 * Weights read: all of them once per step (dense). An MoE reads its shared weights and the experts
   the step's tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
@@ -32,7 +33,7 @@ for long prompts, never faster than reading the weights once. The decode step of
 sequences at context T is ``step_ms(b, b*T)`` and its TPOT.
 
 Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-``allreduce_latency_us``) default to ``data/efficiency.csv``; a ``calibration`` (dict, Series or
+``allreduce_latency_us``, ``serial_share``) default to ``data/efficiency.csv``; a ``calibration`` (dict, Series or
 one-row DataFrame; NaN entries and unknown keys are ignored) overrides them, explicit keyword
 arguments override both.
 
@@ -80,6 +81,7 @@ def cost_model(
     reserved_gb: float | None = None,
     tp_mbu_factor: float | None = None,
     allreduce_latency_us: float | None = None,
+    serial_share: float | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
 
@@ -93,7 +95,7 @@ def cost_model(
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-        ``allreduce_latency_us`` replacing the defaults of ``data/efficiency.csv``.
+        ``allreduce_latency_us``, ``serial_share`` replacing the defaults of ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
     step_overhead_ms, request_overhead_ms : float, optional
@@ -111,6 +113,10 @@ def cost_model(
         MBU multiplier per doubling of tensor parallel, in (0, 1].
     allreduce_latency_us : float, optional
         Latency of one all-reduce (us).
+    serial_share : float, optional
+        Share of the smaller of a step's memory and compute times that is added to the larger, in
+        [0, 1]: 0 is the roofline (GPUs overlap loads and math), 1 a CPU core that does one after
+        the other.
 
     Returns
     -------
@@ -132,6 +138,7 @@ def cost_model(
             "request_overhead_ms": request_overhead_ms,
             "tp_mbu_factor": tp_mbu_factor,
             "allreduce_latency_us": allreduce_latency_us,
+            "serial_share": serial_share,
         },
     )
     util, act_tokens, reserved = _memory_settings(

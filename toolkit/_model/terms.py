@@ -114,6 +114,7 @@ def cost_constants(
         "step_overhead_ms": efficiencies["step_overhead_ms"],
         "request_overhead_ms": efficiencies["request_overhead_ms"],
         "allreduce_latency_us": efficiencies["allreduce_latency_us"],
+        "serial_share": efficiencies["serial_share"],
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, gpu["fp16_tflops"]),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
@@ -191,10 +192,22 @@ def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
     return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
 
 
+def combine(constants: Mapping[str, Any], memory_ms: Any, compute_ms: Any, overhead_ms: Any) -> Any:
+    """Step time in ms from its parts: max(memory, compute) + serial_share x min(memory, compute) + overhead.
+
+    ``serial_share`` 0 is the roofline (loads hidden behind math or the reverse, as on GPUs); 1 adds
+    the two, as a CPU core that waits for its loads before it computes.
+    """
+    longer = _greater(memory_ms, compute_ms)
+    serial = constants["serial_share"]
+    if _any(serial):
+        longer = longer + serial * _lesser(memory_ms, compute_ms)
+    return longer + overhead_ms
+
+
 def step_time(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> Any:
-    """Step time in ms: max(memory, compute) + overhead (the roofline of :func:`step_parts`)."""
-    memory_ms, compute_ms, overhead_ms = step_parts(constants, n, kv, p, c)
-    return _greater(memory_ms, compute_ms) + overhead_ms
+    """Step time in ms of :func:`step_parts` combined by :func:`combine`."""
+    return combine(constants, *step_parts(constants, n, kv, p, c))
 
 
 def ttft_time(constants: Mapping[str, Any], prompt: Any, cached: Any) -> Any:

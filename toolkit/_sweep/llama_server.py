@@ -79,6 +79,10 @@ class LlamaServer:
         ``ctx_per_slot`` tokens.
     ctx_per_slot : int
         Context per slot when ``ctx_size`` is None (tokens, 256..131072).
+    threads : int or None
+        CPU threads for generation and prompt processing (``--threads``, ``--threads-batch``); None
+        leaves the client one core: ``max(1, usable cores - 1)``. A server and its client sharing
+        every core measure each other, not the server.
     port : int or None
         TCP port; None picks a free one.
     host : str
@@ -117,6 +121,7 @@ class LlamaServer:
         ctx_per_slot: int = 4096,
         repack: bool = False,
         log_path: str | os.PathLike | None = None,
+        threads: int | None = None,
     ) -> None:
         self.parallel = check_int("parallel", parallel, low=1, high=256)
         per_slot = check_int("ctx_per_slot", ctx_per_slot, low=256, high=131072)
@@ -127,6 +132,7 @@ class LlamaServer:
         if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
             raise ValueError("extra_args must be a sequence of strings")
         self.host = host
+        self.threads = default_threads() if threads is None else check_int("threads", threads, low=1, high=1024)
         self.extra_args = list(extra_args)
         self.startup_timeout_s = check_number("startup_timeout_s", startup_timeout_s, low=0, low_inclusive=False)
         self.repack = bool(repack)
@@ -157,6 +163,10 @@ class LlamaServer:
             "--ctx-size",
             str(self.ctx_size),
             "--metrics",
+            "--threads",
+            str(self.threads),
+            "--threads-batch",
+            str(self.threads),
             "--host",
             self.host,
             "--port",
@@ -238,6 +248,15 @@ class LlamaServer:
             return f"(log {self.log_path})\n" + self.log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
         except OSError:
             return f"(no log at {self.log_path})"
+
+
+def default_threads() -> int:
+    """Server threads that leave the client one core: ``max(1, usable cores - 1)``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def _library_path(binary: Path) -> str:

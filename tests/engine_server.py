@@ -1,0 +1,103 @@
+"""A loopback chat server that batches like a serving engine, with step times from known coefficients.
+
+Requests join a queue; one engine task runs steps one after another (as llama.cpp and vLLM do):
+
+- a prefill step, whenever requests wait: it prefills all of them, takes ``d_ms + e_ms * P`` for
+  ``P`` prompt tokens in total, and each of them streams its first token at its end;
+- otherwise a decode step of the ``n`` running sequences holding ``K`` tokens in total (prompt plus
+  tokens generated so far): ``a_ms + b_ms * n + c_ms * K``, one token each at its end.
+
+Step ends follow an absolute schedule (each end is the previous end plus the step's duration), so the
+event loop's wake-up delays do not accumulate into the measured TPOT. A prompt costs one token per
+whitespace-separated word; nothing is cached. Built on :class:`tests.streaming_server.StreamingServer`
+for the HTTP side and ``/v1/models``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from streaming_server import StreamingServer, words
+
+
+@dataclass
+class _Sequence:
+    prompt: int
+    remaining: int
+    tokens: asyncio.Queue = field(default_factory=asyncio.Queue)
+    generated: int = 0
+
+
+class EngineServer(StreamingServer):
+    """Loopback engine with step time ``a + b n + c K`` (decode) and ``d + e P`` (prefill), in ms."""
+
+    def __init__(self, *, a_ms: float, b_ms: float, c_ms: float, d_ms: float, e_ms: float) -> None:
+        super().__init__(metrics=False)
+        self.a_ms, self.b_ms, self.c_ms, self.d_ms, self.e_ms = a_ms, b_ms, c_ms, d_ms, e_ms
+        self._waiting: list[_Sequence] = []
+        self._running: list[_Sequence] = []
+        self._wake: asyncio.Event | None = None
+        self._engine: asyncio.Task | None = None
+
+    async def _run_engine(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wake is not None
+        end = loop.time()
+        while True:
+            if not self._waiting and not self._running:
+                self._wake.clear()
+                await self._wake.wait()
+                end = loop.time()
+            if self._waiting:
+                batch, self._waiting = self._waiting, []
+                end += (self.d_ms + self.e_ms * sum(s.prompt for s in batch)) / 1e3
+                await asyncio.sleep(max(0.0, end - loop.time()))
+                self._running += batch
+            else:
+                held = sum(s.prompt + s.generated for s in self._running)
+                end += (self.a_ms + self.b_ms * len(self._running) + self.c_ms * held) / 1e3
+                await asyncio.sleep(max(0.0, end - loop.time()))
+                batch = self._running
+            for seq in batch:
+                seq.generated += 1
+                seq.remaining -= 1
+                seq.tokens.put_nowait(f"t{seq.generated} ")
+            self._running = [s for s in self._running if s.remaining > 0]
+            end = max(end, loop.time() - 0.002)  # a late wake-up may not be made up by shorter steps
+
+    async def _chat(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+        if self._engine is None:
+            self._wake = asyncio.Event()
+            self._engine = asyncio.create_task(self._run_engine())
+        prompt = len(words(body))
+        n = int(body.get("max_tokens", 16))
+        seq = _Sequence(prompt=prompt, remaining=n)
+        self._waiting.append(seq)
+        self._wake.set()
+        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        if not body.get("stream"):
+            text = "".join([await seq.tokens.get() for _ in range(n)])
+            message = {"role": "assistant", "content": text}
+            choice = {"index": 0, "message": message, "finish_reason": "length"}
+            await self._send(
+                writer, 200, json.dumps({"object": "chat.completion", "choices": [choice], "usage": usage})
+            )
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+
+        def event(payload: dict[str, Any]) -> bytes:
+            return b"data: " + json.dumps({"object": "chat.completion.chunk", **payload}).encode() + b"\n\n"
+
+        writer.write(event({"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}))
+        await writer.drain()
+        for _ in range(n):
+            token = await seq.tokens.get()
+            writer.write(event({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]}))
+            await writer.drain()
+        writer.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
+        writer.write(event({"choices": [], "usage": usage}))
+        writer.write(b"data: [DONE]\n\n")
+        await writer.drain()

@@ -1,0 +1,224 @@
+"""profile() and calibrate(): a designed experiment recovers a server's known timing.
+
+The loopback engine (tests/engine_server.py) takes ``a + b n + c K`` ms per decode step (``n``
+sequences holding ``K`` tokens) and ``d + e P`` ms per prefill of ``P`` tokens. The synthetic model
+and device below are chosen so that the cost model can express exactly that; the efficiencies that
+do are derived by hand here (not by the toolkit), and the fitted model's own coefficients, read back
+from ``CostModel.step_ms`` and ``ttft_ms``, must match the server's within 5%.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from engine_server import EngineServer
+
+import toolkit as tk
+from toolkit._sweep.profile_cells import mark_noisy
+
+# One layer, one head of width 1: 4 KV bytes per token (K and V, fp16) and 4 attention FLOPs per
+# (query, key) pair, so attention is a rounding error beside 2e5 FLOPs of weights per token.
+MODEL = {
+    "name": "synthetic",
+    "params_b": 100_256e-9,
+    "active_params_b": 100_256e-9,
+    "layers": 1,
+    "hidden_size": 4,
+    "attention_heads": 1,
+    "kv_heads": 1,
+    "head_dim": 1,
+    "intermediate_size": 4,
+    "vocab_size": 64,  # 256 tied embedding parameters: body 100,000, logits 512 FLOPs per token
+    "tied_embeddings": True,
+    "max_context": 65536,
+}
+QUANT = {"name": "synthetic-0.4bit", "bits_per_weight": 0.4, "compute": "fp16"}  # 5,012.8 weight bytes
+TRUE = {"mbu": 0.5, "mfu": 0.4, "step_overhead_ms": 4.936, "request_overhead_ms": 60.0, "serial_share": 1.0}
+BANDWIDTH_B_S = 2e5 / TRUE["mbu"]  # effective 2e5 B/s
+FLOPS = 1.005e8 / TRUE["mfu"]  # effective 1.005e8 FLOP/s
+DEVICE = {
+    "name": "synthetic-device",
+    "memory_gb": 1.0,
+    "bandwidth_gb_s": BANDWIDTH_B_S / 1e9,
+    "fp16_tflops": FLOPS / 1e12,
+    "interconnect_gb_s": 1.0,
+}
+
+
+def _coefficients(eff_bw: float, eff_flops: float, step_ms: float, request_ms: float, serial: float) -> dict:
+    """The server's a..e (ms) for these effective rates, by hand from the step formula: memory
+    (weights 5,012.8 B, KV 4 B per held token and per new token) plus, as ``serial`` of it, compute
+    (200,000 FLOPs per token, 512 per decoded token's logits, 4 per attended key)."""
+    weights_ms = 5_012.8 / eff_bw * 1e3
+    return {
+        "a_ms": step_ms + weights_ms,
+        "b_ms": 4 / eff_bw * 1e3 + serial * (200_000 + 512) / eff_flops * 1e3,
+        "c_ms": 4 / eff_bw * 1e3 + serial * 4 / eff_flops * 1e3,
+        "d_ms": request_ms + step_ms + weights_ms,
+        "e_ms": 4 / eff_bw * 1e3 + 200_000 / eff_flops * 1e3,
+    }
+
+
+def _read_back(cm) -> dict:
+    """a..e of a fitted cost model, from its own step_ms and ttft_ms."""
+    b = cm.step_ms(2, 2 * 500) - cm.step_ms(1, 500) - (cm.step_ms(1, 1000) - cm.step_ms(1, 500))
+    c = (cm.step_ms(1, 2000) - cm.step_ms(1, 500)) / 1500
+    e = (cm.ttft_ms(400) - cm.ttft_ms(200)) / 200
+    return {
+        "a_ms": cm.step_ms(1, 500) - b - 500 * c,
+        "b_ms": b,
+        "c_ms": c,
+        "d_ms": cm.ttft_ms(200) - 200 * e,
+        "e_ms": e,
+    }
+
+
+def _transport_ms() -> float:
+    """What a client measures as TTFT from a server that takes no time: loopback HTTP, parsing and
+    event-loop wake-ups. It is part of every TTFT the client sees, so of the ``d`` it recovers."""
+    with EngineServer(a_ms=0, b_ms=0, c_ms=0, d_ms=0, e_ms=0) as server:
+        frame = tk.profile(
+            server.base_url,
+            "test-model",
+            repeats=3,
+            context_tokens=(8, 16),
+            prompt_tokens=(8, 16, 24),
+            batch_sizes=(1, 2, 3),
+            output_tokens=2,
+            progress=False,
+        )
+    return float(frame.loc[frame["cell"].eq("prefill"), "ttft_ms"].median())
+
+
+def _profile(server: EngineServer):
+    return tk.profile(
+        server.base_url,
+        "test-model",
+        repeats=3,
+        context_tokens=(64, 2048),
+        prompt_tokens=(64, 192, 384),
+        batch_sizes=(1, 2, 4, 8),
+        output_tokens=16,
+        progress=False,
+    )
+
+
+def test_the_hand_derived_coefficients_are_round_numbers():
+    # the synthetic specs were chosen for a = 30 ms, b = e = 2 ms, c = 0.02 ms, d = 90 ms
+    want = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    assert want["a_ms"] == pytest.approx(30.0, rel=1e-3)
+    assert want["b_ms"] == pytest.approx(2.0, rel=1e-2)
+    assert want["c_ms"] == pytest.approx(0.02, rel=5e-3)
+    assert want["d_ms"] == pytest.approx(90.0, rel=1e-3)
+    assert want["e_ms"] == pytest.approx(2.0, rel=1e-2)
+
+
+def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent():
+    truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    with EngineServer(**truth) as server:
+        frame = _profile(server)
+    assert frame["outcome"].eq("ok").all()
+    assert set(frame["cell"]) == {"decode", "batch", "prefill"}
+    assert frame.groupby("wave")["batch"].size().sum() == len(frame)
+    # the server counts one token per word: every prompt and output is exact
+    assert (frame["prompt_tokens"] == frame["prompt_tokens_target"]).all()
+    assert (frame["output_tokens"] == frame["output_tokens_target"]).all()
+    fit = tk.calibrate(frame, MODEL, DEVICE, QUANT)
+    row = fit.iloc[0]
+    assert row["held"] == "", row["held_reason"]
+    got = _read_back(tk.cost_model(MODEL, DEVICE, QUANT, calibration=fit))
+    truth["d_ms"] += _transport_ms()
+    for name, value in truth.items():
+        assert got[name] == pytest.approx(value, rel=0.05), (name, got, truth)
+    for name in ("mbu", "mfu", "serial_share"):
+        assert row[name] == pytest.approx(TRUE[name], rel=0.05), name
+
+
+def test_a_coefficient_the_server_does_not_exercise_is_reported_and_held():
+    # this server's decode step does not grow with the batch (b = 0): the per-sequence compute that
+    # prefill implies is hidden under memory, serial_share fits to 0, and calibrate says it cannot tell
+    truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    truth["b_ms"] = 4 / 2e5 * 1e3  # only the new token's KV write grows with the batch
+    with EngineServer(**truth) as server:
+        frame = _profile(server)
+    row = tk.calibrate(frame, MODEL, DEVICE, QUANT).iloc[0]
+    assert "serial_share" in row["held"].split(",")
+    assert "serial_share" in row["held_reason"]
+    assert "serial_share" not in row["fitted"].split(",")
+
+
+def test_profile_records_the_conditions_of_each_wave():
+    truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    with EngineServer(**truth) as server:
+        frame = tk.profile(
+            server.base_url,
+            "test-model",
+            repeats=1,
+            context_tokens=(8, 16),
+            prompt_tokens=(8, 16, 24),
+            batch_sizes=(1, 2, 3),
+            output_tokens=4,
+            progress=False,
+        )
+    waves = frame.groupby("wave").first()
+    assert len(waves) == 2 + 2 + 3  # two decode, two batch (2 and 3), three prefill cells
+    assert (waves["wave_s"] > 0).all()
+    assert waves["client_cpu_s"].gt(0).all()
+    if os.path.exists("/proc/stat"):
+        assert waves["steal_share"].between(0, 1).all()
+    # a remote server's process is unknown: its CPU time and the others' share are NaN, never 0
+    assert waves["server_cpu_s"].isna().all() and waves["other_cpu_share"].isna().all()
+    assert (frame["server_version"] == "unknown").all() and (frame["server_flags"] == "unknown").all()
+
+
+def test_profile_stops_at_its_budget_and_keeps_the_cells_it_did_not_run():
+    truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    with EngineServer(**truth) as server:
+        frame = tk.profile(
+            server.base_url,
+            "test-model",
+            repeats=2,
+            context_tokens=(8, 16),
+            prompt_tokens=(8, 16, 24),
+            batch_sizes=(1, 2, 4),
+            output_tokens=4,
+            budget_s=1e-6,
+            progress=False,
+        )
+    # no wave starts once the budget is spent, and each one it did not send is still a row per request
+    assert len(frame) == 2 * (1 + 1 + 2 + 4 + 1 + 1 + 1)
+    assert frame["outcome"].eq("not_run").all() and frame["ttft_ms"].isna().all()
+    assert frame["error"].str.contains("budget_s").all()
+
+
+def test_noisy_cells_are_marked_and_left_out_of_the_fit():
+    truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    with EngineServer(**truth) as server:
+        frame = _profile(server)
+    assert not frame["noisy"].any()
+    shaken = frame.copy()
+    batch8 = shaken["batch"].eq(8) & shaken["repeat"].eq(0)
+    shaken.loc[batch8, ["tpot_ms", "itl_ms_p50"]] *= 3  # one repeat three times slower
+    marked = mark_noisy(shaken.drop(columns="noisy"))
+    assert set(marked.loc[marked["noisy"], "batch"]) == {8}
+    clean = tk.calibrate(frame, MODEL, DEVICE, QUANT).iloc[0]
+    without = tk.calibrate(marked, MODEL, DEVICE, QUANT).iloc[0]
+    assert without["n_tpot"] == clean["n_tpot"] - 3 * 8
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("repeats", 0, "repeats"),
+        ("context_tokens", (64,), "context_tokens must hold at least 2"),
+        ("prompt_tokens", (64, 64, 128), "prompt_tokens must hold at least 3"),
+        ("batch_sizes", (1, 2, 512), r"batch_sizes\[2\]"),
+        ("output_tokens", 1, "output_tokens"),
+        ("budget_s", 0, "budget_s"),
+        ("progress", "yes", "progress"),
+    ],
+)
+def test_bad_arguments_name_the_field(argument, value, message):
+    with pytest.raises(ValueError, match=message):
+        tk.profile("http://127.0.0.1:9", "m", **{argument: value})
