@@ -20,7 +20,10 @@ level and level ``k`` the elasticity is ``e = ln(u_k / u_1) / ln(x_k / x_1)``:
 
 ``e <= 0.3`` reads ``batching``, ``e >= 0.7`` ``queueing``, in between ``mixed`` (thresholds that split
 the range so a 30% deviation from either ideal is still named after it). The first level reads
-``baseline``. Checks: the vLLM reference sweep (32 lanes, RTX PRO 6000) grows from 13.4 to 21.6 ms per
+``baseline``. A verdict that the measurement cannot support reads ``inconclusive``: the level is
+``noisy`` (its repeats' decode throughputs spread by more than ``NOISY_TOLERANCE`` of their median),
+its repeats' elasticities fall on both sides of a threshold, or, from one repeat, the elasticity lies
+within ``VERDICT_MARGIN`` of a threshold (one run cannot tell 0.68 from 0.72). Checks: the vLLM reference sweep (32 lanes, RTX PRO 6000) grows from 13.4 to 21.6 ms per
 token between limits 1 and 32, e = 0.14, batching; the 2-core llama-server run in issue 5 grows its
 summed lane time 9.6 -> 62.7 s at equal work between limits 1 and 8, e = 0.90, queueing.
 """
@@ -38,6 +41,11 @@ __all__: list[str] = []
 NAN = math.nan
 BATCHING_MAX_ELASTICITY = 0.3
 QUEUEING_MIN_ELASTICITY = 0.7
+# Repeats of one level (or one profile cell) disagree when their values spread (max - min) by more
+# than this share of their median: on an idle host a one-thread llama-server repeats within a few
+# percent, while one other busy process moves it by tens of percent.
+NOISY_TOLERANCE = 0.15
+VERDICT_MARGIN = 0.05
 
 # issue 5's columns, in its order; extras follow
 LEVEL_COLUMNS = [
@@ -83,7 +91,7 @@ LEVEL_COLUMNS = [
     "total_tok_s",
 ]
 RUN_COLUMNS = [*LEVEL_COLUMNS, "repeat", "reason"]
-AGGREGATE_COLUMNS = [*LEVEL_COLUMNS, "repeats", "wall_s_ci95", "dec_tok_s_ci95", "reason"]
+AGGREGATE_COLUMNS = [*LEVEL_COLUMNS, "repeats", "wall_s_ci95", "dec_tok_s_ci95", "noisy", "reason"]
 _PERCENTILES = (50, 95, 99)
 
 
@@ -237,16 +245,48 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
         row["repeats"] = len(group)
         row["wall_s_ci95"] = _ci95(group["wall_s"])
         row["dec_tok_s_ci95"] = _ci95(group["dec_tok_s"])
+        row["noisy"] = disagree(group["dec_tok_s"])
+        elasticities = group["elasticity"].to_numpy(dtype=float)
+        elasticities = elasticities[np.isfinite(elasticities)]
+        row["e_low"] = elasticities.min() if elasticities.size else NAN
+        row["e_high"] = elasticities.max() if elasticities.size else NAN
         level = lanes[(lanes["in_flight"] == in_flight) & _same(lanes["rate_rps"], rate)] if len(lanes) else lanes
         measured = level[level["outcome"].isin(["ok", "rejected"])] if len(level) else level
         row.update(percentiles(measured))
         row["reason"] = "; ".join(dict.fromkeys(r for r in group["reason"].fillna("") if r))
         rows.append(row)
     levels = add_relative(pd.DataFrame(rows), closed_loop=closed_loop)
+    levels["verdict"] = [
+        _inconclusive(v, row.noisy, row.e_low, row.e_high, row.repeats)
+        for v, row in zip(levels["verdict"], levels.itertuples())
+    ]
     for col in ("in_flight", "lanes", "attempts", "repeats", "lanes_ok", "lanes_failed", "lanes_unfinished"):
         if (levels[col] % 1 == 0).all():  # a mean over repeats may be fractional; keep it then
             levels[col] = levels[col].astype(int)
     return levels[AGGREGATE_COLUMNS]
+
+
+def disagree(values: pd.Series) -> bool:
+    """Whether repeated values spread (max - min) by more than ``NOISY_TOLERANCE`` of their median."""
+    x = values.to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2 or np.median(x) == 0:
+        return False
+    return bool((x.max() - x.min()) / abs(np.median(x)) > NOISY_TOLERANCE)
+
+
+def _inconclusive(verdict: str, noisy: bool, low: float, high: float, repeats: int) -> str:
+    """``inconclusive`` where the measurement cannot support ``verdict`` (module docstring)."""
+    if verdict in ("baseline", "unknown"):
+        return verdict
+    if noisy:
+        return "inconclusive"
+    if repeats < 2:
+        low, high = low - VERDICT_MARGIN, high + VERDICT_MARGIN
+    for threshold in (BATCHING_MAX_ELASTICITY, QUEUEING_MIN_ELASTICITY):
+        if low < threshold < high:
+            return "inconclusive"
+    return verdict
 
 
 def _same(column: pd.Series, value: float) -> pd.Series:

@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__: list[str] = []
+from toolkit._sweep.levels import NOISY_TOLERANCE
 
-# A cell is noisy when the medians of its waves spread (max - min) by more than this share of their
-# median: on an idle host a one-thread llama-server repeats a wave within a few percent, while one
-# other busy process moves it by tens of percent.
-NOISY_TOLERANCE = 0.15
+__all__: list[str] = []
 
 
 def design(
