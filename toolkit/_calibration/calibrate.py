@@ -167,8 +167,8 @@ def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object
         worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
         if not result["constrained"][worst] or np.isnan(rel[worst]):
             why = "the data do not constrain it"
-        elif result["params"][worst] == 0:
-            why = "it fitted to 0, its lower bound, so the data say only that it is small"
+        elif result["params"][worst] <= limits[worst][0] + 1e-6 * max(1.0, abs(defaults[worst])):
+            why = f"it fitted to its lower bound {limits[worst][0]:g}, so the data say only that it is small"
         else:
             why = f"its standard error is {rel[worst]:.0%} of its value"
         held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"

@@ -84,7 +84,9 @@ def _workload(lanes: pd.DataFrame, limit: int) -> pd.DataFrame:
     return tokens.dropna()
 
 
-def _predict(run: _Recorded, gpu: object, calibration: object, max_batch: int) -> pd.DataFrame:
+def _predict(
+    run: _Recorded, gpu: object, calibration: object, max_batch: int, *, model: object = MODEL, quant: object = QUANT
+) -> pd.DataFrame:
     levels = []
     for limit in sorted(run.levels["in_flight"].unique()):
         tokens = _workload(run.lanes, limit)
@@ -92,9 +94,9 @@ def _predict(run: _Recorded, gpu: object, calibration: object, max_batch: int) -
             continue
         levels.append(
             predict_sweep(
-                MODEL,
+                model,
                 gpu,
-                QUANT,
+                quant,
                 prompt_tokens=tokens["prompt_tokens"].to_numpy(),
                 output_tokens=np.maximum(tokens["output_tokens"].to_numpy(), 1),
                 cached_tokens=tokens["cached_tokens"].to_numpy(),

@@ -1,0 +1,188 @@
+"""Can the serving model be trusted on this server? Calibrate on a profile, predict what was held out.
+
+The loop, in order:
+
+1. ``calibrate`` fits the efficiencies to a :func:`toolkit.profile` of the server (its designed
+   cells, noisy ones left out); every parameter is identified or held at its default, with the reason.
+2. The calibrated model predicts every level of a concurrency sweep of the same server (none of
+   which the fit saw) with the simulator, each level with its own lanes' token counts.
+3. It predicts a replay of a production-trace slice (:func:`toolkit.replay_trace`): the simulator is
+   given the requests as the server saw them (send times, the server's prompt and output counts) and
+   the percentiles of TTFT, TPOT and E2E and the achieved output throughput are compared.
+
+A fit from a busy host is not presented (:mod:`toolkit._sweep.host_state`): the check returns the
+reason instead of the numbers, so that nothing downstream can draw a conclusion from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from toolkit._calibration.calibrate import accuracy, calibrate
+from toolkit._model.serving import cost_model
+from toolkit._queueing.simulator import simulate
+
+__all__: list[str] = []
+
+# The accuracy the model must reach on held-out data to be called trustworthy for a server: median
+# |error| over the sweep's output tokens/s and TPOT, and over the replay's p50 and p90 of TTFT, TPOT
+# and E2E (issue 16).
+TRUSTED_MEDIAN_ERROR = 0.15
+REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+REPLAY_PERCENTILES = (50, 90)
+
+
+@dataclass(frozen=True)
+class TrustCheck:
+    """The outcome of :func:`trust_check`.
+
+    Attributes
+    ----------
+    calibration : pandas.DataFrame or None
+        The row of :func:`toolkit.calibrate` fitted on the profile (None when not presented).
+    sweep_accuracy : pandas.DataFrame or None
+        :func:`toolkit.accuracy` of every sweep level (all held out).
+    replay_accuracy : pandas.DataFrame or None
+        One row per metric and percentile: ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``,
+        ``output_tok_s``), ``percentile`` (50, 90; NaN for the throughput), ``predicted``,
+        ``measured``, ``rel_err``.
+    sweep_median_error, replay_median_error : float
+        Median |rel_err| over the sweep's ``dec_tok_s`` and ``tpot_ms``, and over the replay's
+        latency percentiles.
+    refused : str
+        Why no fit is presented (a busy host), else empty.
+    sentence : str
+        Whether the model can be trusted for this server, and where it cannot.
+    """
+
+    calibration: pd.DataFrame | None
+    sweep_accuracy: pd.DataFrame | None
+    replay_accuracy: pd.DataFrame | None
+    sweep_median_error: float
+    replay_median_error: float
+    refused: str
+    sentence: str
+
+
+def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -> str:
+    """Why the measurement cannot support a fit (a busy host during the profile or other phases), or ''.
+
+    ``others`` maps a phase name (``sweep``, ``replay``) to the share of the host's CPU other
+    processes used during it.
+    """
+    from toolkit._sweep.host_state import BUSY_OTHER_SHARE
+
+    reasons = []
+    waves = profile.drop_duplicates("wave")
+    if waves["busy"].any():
+        share = waves["other_cpu_share"].max()
+        share_text = f", up to {share:.0%} of its CPU" if np.isfinite(share) else ""
+        reasons.append(
+            f"other processes were busy during {int(waves['busy'].sum())} of {len(waves)} profile waves{share_text}"
+        )
+    for phase, share in (others or {}).items():
+        if np.isfinite(share) and share > BUSY_OTHER_SHARE:
+            reasons.append(f"other processes used {share:.0%} of the host's CPU during the {phase}")
+    if not reasons:
+        return ""
+    return (
+        "Measured on a busy host: " + "; ".join(reasons) + f" (more than {BUSY_OTHER_SHARE:.0%} counts as busy). "
+        "The fitted model is not presented, because it would describe the competition, not the server."
+    )
+
+
+def trust_check(
+    profile: pd.DataFrame,
+    sweep_lanes: pd.DataFrame,
+    sweep_levels: pd.DataFrame,
+    replay_requests: pd.DataFrame | None,
+    *,
+    model: object,
+    gpu: object,
+    quant: object,
+    max_batch: int,
+    max_num_batched_tokens: int = 2048,
+    refused: str = "",
+) -> TrustCheck:
+    """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring)."""
+    if refused:
+        return TrustCheck(None, None, None, np.nan, np.nan, refused, refused)
+    from toolkit._validation.closed_loop import _predict, _Recorded
+
+    fitted = calibrate(profile, model, gpu, quant)
+    predicted = _predict(_Recorded(sweep_lanes, sweep_levels), gpu, fitted, max_batch, model=model, quant=quant)
+    sweep = accuracy(predicted, sweep_levels)
+    sweep_err = float(sweep.loc[sweep["metric"].isin(["dec_tok_s", "tpot_ms"]), "rel_err"].abs().median())
+    replay, replay_err = None, np.nan
+    if replay_requests is not None:
+        cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
+        replay = replay_accuracy(
+            replay_requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens
+        )
+        latency = replay[replay["metric"].isin(REPLAY_METRICS)]
+        replay_err = float(latency["rel_err"].abs().median())
+    sentence = _sentence(fitted, sweep, sweep_err, replay, replay_err)
+    return TrustCheck(fitted, sweep, replay, sweep_err, replay_err, "", sentence)
+
+
+def replay_accuracy(
+    requests: pd.DataFrame, cm: object, *, max_batch: int, max_num_batched_tokens: int = 2048
+) -> pd.DataFrame:
+    """Simulate a replay's successful requests as the server saw them and compare percentiles."""
+    ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
+    cached = ok["cached_tokens"].fillna(0.0).clip(lower=0)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": ok["sent_s"].to_numpy(float) - float(ok["sent_s"].min()),
+            "prompt_tokens": np.maximum(np.round(ok["prompt_tokens"] - cached), 1).astype(int),
+            "output_tokens": np.maximum(ok["output_tokens"].round(), 1).astype(int),
+        }
+    )
+    result = simulate(
+        None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
+        max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
+    )  # fmt: skip
+    sim = result.requests
+    predicted = {"ttft_ms": sim["ttft_s"] * 1e3, "tpot_ms": sim["tpot_s"] * 1e3, "e2e_ms": sim["e2e_s"] * 1e3}
+    rows = []
+    for metric in REPLAY_METRICS:
+        for q in REPLAY_PERCENTILES:
+            p = float(np.nanpercentile(predicted[metric], q))
+            m = float(np.nanpercentile(ok[metric].to_numpy(float), q))
+            rows.append({"metric": metric, "percentile": q, "predicted": p, "measured": m})
+    sim_wall = float((sim["arrival_s"] + sim["e2e_s"]).max())
+    real_wall = float((ok["sent_s"] + ok["e2e_ms"] / 1e3).max() - ok["sent_s"].min())
+    tokens = float(trace["output_tokens"].sum())
+    rows.append(
+        {"metric": "output_tok_s", "percentile": np.nan, "predicted": tokens / sim_wall, "measured": tokens / real_wall}
+    )
+    out = pd.DataFrame(rows)
+    out["rel_err"] = (out["predicted"] - out["measured"]) / out["measured"].where(out["measured"] != 0)
+    return out
+
+
+def _sentence(fitted, sweep, sweep_err, replay, replay_err) -> str:
+    held = str(fitted["held"].iloc[0])
+    errors = [sweep_err] + ([replay_err] if replay is not None else [])
+    trusted = all(np.isfinite(e) and e <= TRUSTED_MEDIAN_ERROR for e in errors)
+    worst = sweep.loc[sweep["rel_err"].abs().idxmax()]
+    where = f"its largest miss is {worst['metric']} at {int(worst['in_flight'])} in flight ({worst['rel_err']:+.0%})"
+    parts = [f"held-out sweep levels {sweep_err:.0%} median |error| (output tokens/s and TPOT)"]
+    if replay is not None:
+        miss = replay.loc[replay["rel_err"].abs().idxmax()]
+        label = (
+            miss["metric"] if not np.isfinite(miss["percentile"]) else f"p{int(miss['percentile'])} {miss['metric']}"
+        )
+        parts.append(
+            f"trace replay {replay_err:.0%} (p50 and p90 of TTFT, TPOT, E2E; largest: {label} {miss['rel_err']:+.0%})"
+        )
+    verdict = (
+        f"The calibrated model can be trusted for this server to about {TRUSTED_MEDIAN_ERROR:.0%}"
+        if trusted
+        else f"The calibrated model cannot be trusted for this server to {TRUSTED_MEDIAN_ERROR:.0%}"
+    )
+    held_text = f"; held at their defaults: {held}" if held else "; every fitted parameter identified"
+    return f"{verdict}: {', '.join(parts)}; {where}{held_text}."
