@@ -19,6 +19,7 @@ from toolkit._report.conclusion import conclusion
 from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run
 from toolkit._report.page import _page, _slug
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
+from toolkit._report.trust_section import _trust
 
 __all__ = ["build_report"]
 
@@ -87,7 +88,11 @@ def build_report(
         from the lanes ``latency.csv`` (TTFT, ITL or TPOT, E2E percentiles per level, ms),
         ``throughput_latency.csv`` and ``outcomes.csv`` (attempts per level by outcome),
         ``reference_levels.csv``, ``batching_curve.csv``, ``queueing.csv``, ``frontier.csv``,
-        ``accuracy.csv`` where calibration is available, and ``notebooks/*.ipynb`` executed.
+        ``accuracy.csv`` where calibration is available, and ``notebooks/*.ipynb`` executed. A local
+        llama-server run is first profiled (``profile.csv``, ``profile_cells.csv``), the model is
+        calibrated on the profile (``calibration.csv``) and checked on the sweep (``accuracy.csv``)
+        and on a replayed production-trace slice (``replay.csv``, ``replay_accuracy.csv``); from a
+        busy host no fit is presented.
     """
     base_url = base_url or os.environ.get("BASE_URL") or None
     model = model or os.environ.get("MODEL") or None
@@ -111,8 +116,9 @@ def build_report(
         run.lanes.to_csv(out / "lanes.csv", index=False)
     bar.update()
     bar.set_postfix_str("charts and tables")
-    accuracy = _accuracy_table(run)
-    sections = _sections(run, out, accuracy)
+    trust = _trust(run)
+    accuracy = _accuracy_table(run) if trust is None else None
+    sections = _sections(run, out, accuracy, trust)
     bar.update()
     bar.set_postfix_str("notebooks")
     if execute_notebooks:
@@ -120,6 +126,9 @@ def build_report(
     bar.update()
     bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)
+    if trust is not None:
+        # a busy host's refusal opens the conclusion; otherwise the verdict on the model closes it
+        summary = trust.refused + "\n" + summary if trust.refused else summary + "\n" + trust.sentence
     if "warning" in run.conditions:
         summary = run.conditions["warning"] + "\n" + summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")

@@ -88,6 +88,17 @@ def _verdict(df: pd.DataFrame) -> str:
         return "With one in-flight limit, batching cannot be told from queueing." if len(df) < 2 else ""
     first, top = df.iloc[0], df.iloc[-1]
     verdict, limit = str(top["verdict"]), int(top["in_flight"])
+    if verdict == "inconclusive" and "elasticity" in df and pd.notna(top["elasticity"]):
+        why = (
+            "its repeats disagree by more than 15%"
+            if "noisy" in df and bool(top["noisy"])
+            else "its runs do not put the elasticity clearly on one side of a threshold"
+        )
+        return (
+            f"What limits this server cannot be told from this sweep: at {limit} in flight the verdict is"
+            f" inconclusive (elasticity {float(top['elasticity']):.2f}, where batching ends at {BANDS[0]:g} and"
+            f" queueing begins at {BANDS[1]:g}), because {why}."
+        )
     if verdict not in VERDICT_MEANING or "elasticity" not in df or pd.isna(top["elasticity"]):
         return f"The verdict at {limit} in flight is {verdict}: the lanes' time per token is not known at both ends."
     e = float(top["elasticity"])

@@ -15,9 +15,14 @@ from toolkit._data import load_csv
 __all__ = ["notebook_levels"]
 
 
-# The local sweep matches the recorded one (data/llamacpp_sweep_gemma3_270m_conditions.csv): about
-# two minutes on 2 cores.
-LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128}
+# The local sweep matches the recorded one (data/llamacpp_sweep_gemma3_270m_conditions.csv), run twice
+# so that each level has a spread: about four minutes on 2 cores.
+LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
+# The held-out production traffic the local report replays: 12 s of the conversation trace from minute
+# 30, stretched 3x, lengths divided by 20 (about 60 requests a one-thread llama-server serves in
+# under a minute). The profile never sees it.
+HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 12, "time_scale": 3, "token_scale": 0.05}
+HELD_OUT_TRACE_NAME = "azure-conv-2023"
 
 
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
@@ -55,6 +60,11 @@ class _Run:
     # the machine a local Gemma-3-270M llama-server ran on (a measure_host() row): set only for runs
     # the serving model can predict, which get the predicted-against-measured section
     host: pd.DataFrame | None = None
+    # the local server's profile (toolkit.profile), the held-out trace replay (ReplayResult), and the
+    # share of the host's CPU other processes used during the sweep and the replay
+    profile: pd.DataFrame | None = None
+    replay: object = None
+    others: dict[str, float] = field(default_factory=dict)
 
 
 def _recorded_run() -> _Run:
@@ -70,15 +80,41 @@ def _recorded_run() -> _Run:
 
 
 def _measure_local(out: Path) -> _Run:
+    """Profile the local llama-server, sweep it, and replay a held-out trace slice against it."""
     from toolkit._model.host import measure_host
+    from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import LlamaServer, server_version
+    from toolkit._sweep.profile import profile
+    from toolkit._sweep.replay import replay_trace
+    from toolkit._workload.traces import load_trace
 
     host = measure_host()  # before the server starts, so nothing competes with the measurement
     label = "llama-server, Gemma-3-270M (this machine)"
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
+        pid = server._proc.pid if server._proc else None
+        profiled = profile(server=server, progress=False)
+        start = host_state.sample(pid)
         run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label)
-    run.conditions["server"] = f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}"
+        swept = host_state.sample(pid)
+        trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
+        run.replay = replay_trace(trace, server=server, progress=False)
+        replayed = host_state.sample(pid)
+        threads = server.threads
+    run.conditions["server"] = (
+        f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}, --threads {threads}"
+        " (one core left to the client)"
+    )
+    run.conditions["held-out traffic"] = (
+        f"{len(trace)} requests: {HELD_OUT_TRACE_NAME} from {HELD_OUT_TRACE['start_s']} s for"
+        f" {HELD_OUT_TRACE['duration_s']} s, times x{HELD_OUT_TRACE['time_scale']}, lengths"
+        f" x{HELD_OUT_TRACE['token_scale']}"
+    )
     run.host = host
+    run.profile = profiled
+    run.others = {
+        "sweep": host_state.conditions(start, swept)["other_cpu_share"],
+        "trace replay": host_state.conditions(swept, replayed)["other_cpu_share"],
+    }
     return run
 
 
@@ -99,13 +135,15 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
         system_prompt=system_prompt,
         api_key=api_key,
         out_dir=out / "sweep",
+        repeats=settings.get("repeats", 1),
     )
     conditions = {
         "source": f"measured {started}" + (f" (stopped early: {result.stopped})" if result.stopped else ""),
         "server": _display_url(base_url),
         "model": str(result.params.get("model", model)),
         "sweep": f"{settings['lanes']} lanes at in-flight limits {', '.join(map(str, settings['limits']))},"
-        f" max {settings['max_tokens']} output tokens, prompts from toolkit._sweep.prompts",
+        f" max {settings['max_tokens']} output tokens, {settings.get('repeats', 1)} run(s) per level,"
+        " prompts from toolkit._sweep.prompts",
         "host load": f"{load:.2f} (1-minute load average when the sweep started; {cores} cores)",
     }
     if load > BUSY_LOAD_PER_CORE * cores:

@@ -57,8 +57,9 @@ FRONTIER_QUESTION = {
 }
 
 
-def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None) -> list[_Section]:
-    """The measured server's sections, then those about the model (``accuracy``: ``_accuracy_table``)."""
+def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None, trust: object = None) -> list[_Section]:
+    """The measured server's sections, then those about the model (``accuracy``: ``_accuracy_table``;
+    ``trust``: the trust check of a profiled run)."""
     reference = load_csv(REFERENCE_CSV)
     ref_label = "vLLM, Bonsai-8B, RTX PRO 6000 (reference)"
     reference.to_csv(out / "reference_levels.csv", index=False)
@@ -91,6 +92,10 @@ def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None) -> list[_Sect
     ]
     if accuracy is not None:
         sections.append(_accuracy_section(accuracy, out))
+    if trust is not None:
+        from toolkit._report.trust_section import _trust_section
+
+        sections.append(_trust_section(trust, run, out))
     return sections + [_batching_section(reference, out), _queueing_section(out), _frontier_section(out)]
 
 

@@ -1,0 +1,164 @@
+"""The trust loop's parts: the busy-host refusal, the replay check, the report section, the real server."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import toolkit as tk
+from toolkit._report.conclusion import _verdict
+from toolkit._report.measure import _Run
+from toolkit._report.trust_section import _trust_section, profile_cells
+from toolkit._validation.trust import busy_reason, replay_accuracy, trust_check
+
+
+def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:
+    rows = []
+    for wave, (b, o) in enumerate(zip(busy, other, strict=True)):
+        rows.append(
+            {
+                "cell": "prefill",
+                "batch": 1,
+                "prompt_tokens_target": 64 * (wave + 1),
+                "wave": wave,
+                "busy": b,
+                "other_cpu_share": o,
+                "ttft_ms": 100.0 * (wave + 1),
+                "itl_ms_p50": math.nan,
+                "tpot_ms": math.nan,
+                "outcome": "ok",
+                "noisy": False,
+            }  # fmt: skip
+        )
+    return pd.DataFrame(rows)
+
+
+def test_a_busy_profile_wave_refuses_the_fit_and_says_how_busy():
+    frame = _profile_frame([False, True, False, True, False], [0.05, 0.6, 0.1, 0.3, 0.0])
+    reason = busy_reason(frame)
+    assert "2 of 5 profile waves" in reason and "60%" in reason and "not presented" in reason
+    assert busy_reason(_profile_frame([False, False], [0.1, 0.2])) == ""
+    # a busy sweep or replay refuses it too; an unknown share (NaN) is not taken for idle or busy
+    assert "40% of the host's CPU during the sweep" in busy_reason(
+        _profile_frame([False], [0.0]), {"sweep": 0.4, "trace replay": math.nan}
+    )
+    check = trust_check(
+        frame, pd.DataFrame(), pd.DataFrame(), None, model="m", gpu="g", quant="q", max_batch=8, refused=reason
+    )
+    assert check.calibration is None and check.sweep_accuracy is None and check.sentence == reason
+
+
+def test_the_refusal_is_what_the_report_section_shows(tmp_path):
+    frame = _profile_frame([True], [0.7])
+    check = trust_check(frame, pd.DataFrame(), pd.DataFrame(), None, model="m", gpu="g", quant="q", max_batch=8,
+                        refused=busy_reason(frame))  # fmt: skip
+    run = _Run(levels=pd.DataFrame(), lanes=None, label="x", profile=frame)
+    section = _trust_section(check, run, tmp_path)
+    assert "No fit is presented" in section.body and "70%" in section.body
+    assert not (tmp_path / "calibration.csv").exists() and (tmp_path / "profile_cells.csv").exists()
+
+
+def test_profile_cells_summarise_each_cell_by_hand():
+    frame = pd.DataFrame(
+        {
+            "cell": ["batch"] * 4,
+            "batch": [2] * 4,
+            "prompt_tokens_target": [64] * 4,
+            "wave": [0, 0, 1, 1],
+            "itl_ms_p50": [40.0, 44.0, 50.0, 52.0],
+            "tpot_ms": [41.0, 45.0, 51.0, 53.0],
+            "ttft_ms": [9.0] * 4,
+            "busy": [False, False, True, True],
+            "other_cpu_share": [0.1, 0.1, 0.5, 0.5],
+            "outcome": ["ok"] * 4,
+            "noisy": [True] * 4,
+        }  # fmt: skip
+    )
+    cell = profile_cells(frame).iloc[0]
+    # per-wave medians 42 and 51: median 46.5, range 42..51
+    assert (cell["waves"], cell["requests_ok"], cell["busy_waves"]) == (2, 4, 1)
+    assert (cell["median_ms"], cell["low_ms"], cell["high_ms"]) == (46.5, 42.0, 51.0)
+    assert cell["other_cpu_share_max"] == 0.5 and bool(cell["noisy"])
+
+
+def test_replay_check_of_one_lone_request_matches_the_closed_form():
+    # one request alone on an H100: TTFT is the request overhead plus one prefill step, each later
+    # token one decode step at batch 1
+    cm = tk.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
+    prompt, output = 512, 5
+    ttft = cm.ttft_ms(prompt)
+    steps = [cm.step_ms(1, prompt + k) for k in range(1, output)]
+    e2e = ttft + sum(steps)
+    measured = {"ttft_ms": 2 * ttft, "tpot_ms": (e2e - ttft) / (output - 1), "e2e_ms": e2e / 2}
+    requests = pd.DataFrame(
+        [
+            {
+                "sent_s": 3.0,
+                "outcome": "ok",
+                "prompt_tokens": prompt,
+                "cached_tokens": 0,
+                "output_tokens": output,
+                **measured,
+            }
+        ]
+    )
+    table = replay_accuracy(requests, cm, max_batch=8).set_index(["metric", "percentile"])
+    assert table.loc[("ttft_ms", 50), "rel_err"] == pytest.approx(-0.5, abs=0.01)
+    assert table.loc[("tpot_ms", 90), "rel_err"] == pytest.approx(0.0, abs=0.02)
+    assert table.loc[("e2e_ms", 50), "rel_err"] == pytest.approx(1.0, abs=0.02)
+    # throughput: 5 tokens over the predicted E2E against 5 over the measured (half of it)
+    row = table.xs("output_tok_s", level="metric").iloc[0]
+    assert row["rel_err"] == pytest.approx(-0.5, abs=0.01)
+
+
+def test_an_inconclusive_verdict_is_said_in_words():
+    levels = pd.DataFrame(
+        {
+            "in_flight": [1, 8],
+            "verdict": ["baseline", "inconclusive"],
+            "elasticity": [np.nan, 0.69],
+            "noisy": [False, False],
+            "llm_ms_per_token": [20.0, 80.0],
+        }  # fmt: skip
+    )
+    text = _verdict(levels)
+    assert "inconclusive" in text and "0.69" in text and "cannot be told" in text
+
+
+@pytest.mark.server
+def test_profile_of_the_real_llama_server(llama_server):
+    before = tk.scrape_metrics(llama_server.metrics_url).set_index("name")["value"]
+    frame = tk.profile(
+        server=llama_server,
+        repeats=2,
+        context_tokens=(48, 160),
+        prompt_tokens=(48, 96, 144),
+        batch_sizes=(1, 2, 3),
+        output_tokens=6,
+        progress=False,
+        extra_body={"temperature": 0.0},
+    )
+    after = tk.scrape_metrics(llama_server.metrics_url).set_index("name")["value"]
+    assert frame["outcome"].eq("ok").all()
+    # two repeats of 2 decode + 2 batch (2 and 3 streams) + 3 prefill cells
+    assert len(frame) == 2 * (2 + 2 + 3 + 3)
+    # /tokenize sizes every prompt exactly; ignore_eos holds every output to its target
+    assert (frame["prompt_tokens"] == frame["prompt_tokens_target"]).all()
+    assert (frame["output_tokens"] == frame["output_tokens_target"]).all()
+    # the server's own counter: every profiled output token plus the 2 calibration requests' one each
+    predicted = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert predicted == frame["output_tokens"].sum() + 2
+    # distinct prompts: at most the chat template and the fixed first word come from the cache
+    assert (frame["cached_tokens"] <= 12).all()
+    waves = frame.drop_duplicates("wave")
+    assert waves["server_cpu_s"].gt(0).all() and waves["other_cpu_share"].between(0, 1).all()
+    assert frame["server_version"].iloc[0] != "unknown"
+    assert f"--threads {llama_server.threads}" in frame["server_flags"].iloc[0]
+    fit = tk.calibrate(frame, "Gemma-3-270M", tk.measure_host(), "q4_k_m")
+    assert fit["n_ttft"].iloc[0] + fit["n_tpot"].iloc[0] > 0
+    assert set(fit["fitted"].iloc[0].split(",") + fit["held"].iloc[0].split(",")) - {""} == {
+        "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share"
+    }  # fmt: skip

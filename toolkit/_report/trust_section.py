@@ -1,0 +1,138 @@
+"""The report's predicted-against-measured section for a profiled server, in the order of the loop:
+the profile, the fitted parameters and what was held, the held-out sweep and trace replay, the verdict."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from toolkit._report import panels as _panels
+from toolkit._report.blocks import _chart_html, _Section, _table_html
+from toolkit._report.measure import _Run
+
+__all__: list[str] = []
+
+MODEL, QUANT = "Gemma-3-270M", "q4_k_m"
+
+
+def _trust(run: _Run):
+    """The trust check of a profiled local run (:func:`toolkit._validation.trust.trust_check`), else None."""
+    if run.profile is None or run.host is None or run.lanes is None:
+        return None
+    from toolkit._report.measure import LOCAL_SWEEP
+    from toolkit._validation.trust import busy_reason, trust_check
+
+    requests = run.replay.requests if run.replay is not None else None
+    return trust_check(
+        run.profile,
+        run.lanes,
+        run.levels,
+        requests,
+        model=MODEL,
+        gpu=run.host,
+        quant=QUANT,
+        max_batch=LOCAL_SWEEP["lanes"],
+        refused=busy_reason(run.profile, run.others),
+    )
+
+
+def profile_cells(profile: pd.DataFrame) -> pd.DataFrame:
+    """One row per profile cell: its waves, the median step (ITL) or TTFT, spread, noisy, busy waves."""
+    df = profile.assign(
+        step_ms=profile["itl_ms_p50"].fillna(profile["tpot_ms"]),
+        measured_ms=np.where(profile["cell"].eq("prefill"), profile["ttft_ms"], profile["itl_ms_p50"]),
+    )
+    per_wave = df.groupby(["cell", "batch", "prompt_tokens_target", "wave"], sort=False).agg(
+        measured_ms=("measured_ms", "median"),
+        busy=("busy", "first"),
+        other=("other_cpu_share", "first"),
+        ok=("outcome", lambda s: int(s.eq("ok").sum())),
+        noisy=("noisy", "first"),
+    )
+    cells = per_wave.groupby(level=[0, 1, 2], sort=False).agg(
+        waves=("measured_ms", "size"),
+        requests_ok=("ok", "sum"),
+        median_ms=("measured_ms", "median"),
+        low_ms=("measured_ms", "min"),
+        high_ms=("measured_ms", "max"),
+        noisy=("noisy", "first"),
+        busy_waves=("busy", "sum"),
+        other_cpu_share_max=("other", "max"),
+    )
+    cells = cells.reset_index().rename(columns={"prompt_tokens_target": "prompt_tokens"})
+    cells.insert(3, "measures", np.where(cells["cell"].eq("prefill"), "TTFT", "ITL (median gap)"))
+    return cells
+
+
+def _parameters(calibration: pd.DataFrame) -> pd.DataFrame:
+    row = calibration.iloc[0]
+    held = set(filter(None, str(row["held"]).split(",")))
+    fitted = set(filter(None, str(row["fitted"]).split(",")))
+    reasons = dict(r.split(" held at", 1) for r in str(row["held_reason"]).split("; ") if " held at" in r)
+    rows = []
+    for name in [*sorted(fitted), *sorted(held)]:
+        se = float(row.get(f"{name}_se", np.nan))
+        value = float(row[name])
+        rows.append(
+            {
+                "parameter": name,
+                "value": value,
+                "standard_error": se if name in fitted else np.nan,
+                "relative_se": se / abs(value) if name in fitted and value else np.nan,
+                "status": "fitted" if name in fitted else "held at" + reasons.get(name, " its default"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _trust_section(check, run: _Run, out: Path) -> _Section:
+    cells = profile_cells(run.profile)
+    run.profile.to_csv(out / "profile.csv", index=False)
+    cells.to_csv(out / "profile_cells.csv", index=False)
+    noisy = int(cells["noisy"].sum())
+    body = (
+        "<p><b>1. The profile.</b> A designed experiment (toolkit.profile): single-stream decode at two"
+        " context lengths (bandwidth and step overhead), decode at several batch sizes (the per-sequence"
+        " term), prefill at three prompt lengths (prefill rate and request overhead), each cell repeated"
+        f" and interleaved. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than 15%)"
+        " and are left out of the fit.</p>" + _table_html(cells, "Profile cells", "profile_cells.csv", open_=True)
+    )
+    if check.refused:
+        body += f"<p><b>No fit is presented.</b> {html.escape(check.refused)}</p>"
+        return _Section("Predicted against measured", body)
+    check.calibration.to_csv(out / "calibration.csv", index=False)
+    params = _parameters(check.calibration)
+    row = check.calibration.iloc[0]
+    body += (
+        "<p><b>2. The fitted parameters</b>, with standard errors; a parameter whose standard error"
+        " exceeds 25% of its value, or that the data do not move, is held at its default and says why."
+        f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
+        f" parameters {row['max_abs_correlation']:.2f}.</p>"
+        + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)
+    )
+    check.sweep_accuracy.to_csv(out / "accuracy.csv", index=False)
+    body += (
+        "<p><b>3. Held-out sweep levels.</b> The calibrated model (the simulator, one request per lane with"
+        " the lanes' own token counts) predicts every level of the sweep, none of which the fit saw;"
+        f" grey: the default efficiencies. Median |error| over output tokens/s and TPOT:"
+        f" {check.sweep_median_error:.0%}.</p>"
+        + _chart_html(_panels._accuracy_chart(check.sweep_accuracy), "accuracy", out)
+        + _table_html(check.sweep_accuracy, "Every level and metric", "accuracy.csv")
+    )
+    if check.replay_accuracy is not None:
+        check.replay_accuracy.to_csv(out / "replay_accuracy.csv", index=False)
+        run.replay.requests.to_csv(out / "replay.csv", index=False)
+        body += (
+            "<p><b>4. Held-out production traffic.</b> A slice of a production trace replayed against"
+            f" the server ({html.escape(run.conditions.get('held-out traffic', ''))}), and the same"
+            " requests simulated with the calibrated model: median |error| over p50 and p90 of TTFT, TPOT"
+            f" and E2E {check.replay_median_error:.0%}.</p>"
+            + _table_html(
+                check.replay_accuracy, "Trace replay: predicted against measured", "replay_accuracy.csv", open_=True
+            )
+        )
+    body += f"<p><b>Verdict.</b> {html.escape(check.sentence)}</p>"
+    return _Section("Predicted against measured", body)
