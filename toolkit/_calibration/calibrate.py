@@ -14,6 +14,7 @@ import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._calibration import fit as _fit
+from toolkit._calibration.observations import observations
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
 
@@ -112,7 +113,7 @@ def calibrate(
             raise ValueError(f"bounds[{name!r}] must have low < high, got {pair!r}")
         limits[name] = (low, high)
     tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
-    obs = _fit.observations(lanes_or_levels)
+    obs = observations(lanes_or_levels)
 
     base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)
     defaults = {name: float(efficiency_value(name)) for name in _fit.PARAMETERS}

@@ -1,0 +1,208 @@
+"""Observations for the fit: a sweep's lanes or levels, or a profile, as TTFT and TPOT the cost model predicts.
+
+A sweep gives, per lane and in-flight limit, a time to first token and a time per output token. Each
+becomes one observation that the ONE cost model (:class:`toolkit._model.serving.CostModel`) predicts:
+
+- TPOT: one decode step of ``b`` sequences, each holding ``prompt + output/2`` KV tokens (the mean
+  over its decode): ``cm.step_ms(b, b * context)``.
+- TTFT: the lane arrives while ``m`` other sequences decode, waits for the running step to end
+  (half a decode step on average, when ``m > 0``), and is prefilled in one step together with the
+  ``m`` decodes and with the lanes that arrived at the same moment (its "wave"):
+  ``min(m, 1) 0.5 cm.step_ms(m, m context) + cm.step_ms(m, m context, W, cached) +
+  request_overhead_ms``, where ``W`` is the uncached prompt tokens (``prompt - cached``) of the
+  wave. Alone at one in flight this is ``cm.ttft_ms(prompt, cached)``. With the lanes' ``start_s``
+  and ``end_s`` (the harness records them), the wave is the lanes of the level that started within
+  half a decode step (the lane's TPOT) of it, and ``m`` the lanes still running when it started;
+  without them, the first ``in_flight`` lanes (lane order, first attempt) form the first wave with
+  ``m = 0``, and every later lane arrives alone with ``m = b - 1``.
+
+``b``, the decode batch a lane saw, is the achieved concurrency of its level (summed inference time
+over the level's wall clock: the time-averaged number of requests in flight) when the level is known,
+else ``min(in_flight, lanes at that level)``; with the lanes' ``start_s`` and ``end_s`` it is the
+mean number of attempts running (itself included) while the lane decoded. It is clipped to
+``[1, in_flight]``.
+
+A profile (:func:`toolkit.profile`) needs none of this guessing: its cells were designed so that each
+request's conditions are known (see :func:`_from_profile`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__: list[str] = []
+
+
+def observations(data: object) -> pd.DataFrame:
+    """Turn sweep lanes, levels, a SweepResult or a profile into TTFT and TPOT observations (module docstring).
+
+    Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
+    ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``.
+    """
+    if isinstance(data, pd.DataFrame) and "cell" in data.columns:
+        obs = _from_profile(data)
+        if obs.empty:
+            raise ValueError("the profile holds no finished request of a cell that is not noisy")
+        return obs.reset_index(drop=True)
+    lanes = getattr(data, "lanes", None)
+    levels = getattr(data, "levels", None)
+    if isinstance(data, pd.DataFrame):
+        lanes, levels = (data, None) if "lane" in data.columns else (None, data)
+    if lanes is None and levels is None:
+        raise ValueError(
+            f"lanes_or_levels must be SweepResult.lanes, SweepResult.levels or a SweepResult, got {type(data).__name__}"
+        )
+    obs = _from_lanes(lanes, levels) if lanes is not None else _from_levels(levels)
+    if obs.empty:
+        raise ValueError("lanes_or_levels holds no finished lane with a TTFT or TPOT to fit")
+    return obs.reset_index(drop=True)
+
+
+def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"lanes_or_levels ({what}) is missing the columns {missing}")
+
+
+def _from_lanes(lanes: pd.DataFrame, levels: pd.DataFrame | None) -> pd.DataFrame:
+    _require(lanes, ["in_flight", "lane", "ttft_ms", "tpot_ms", "prompt_tokens", "output_tokens"], "lanes")
+    df = lanes
+    if "outcome" in df.columns:
+        df = df[df["outcome"] == "ok"]
+    df = df[np.isfinite(df["prompt_tokens"].astype(float)) & (df["prompt_tokens"] >= 1)].reset_index(drop=True)
+    limit = df["in_flight"].astype(float)
+    lanes_per_level = lanes.groupby("in_flight")["lane"].nunique()
+    batch = np.minimum(limit, df["in_flight"].map(lanes_per_level).astype(float))
+    if levels is not None and "achieved_concurrency" in levels.columns:
+        achieved = levels.set_index("in_flight")["achieved_concurrency"]
+        batch = df["in_flight"].map(achieved).astype(float).fillna(batch)
+    cached = df["cached_tokens"].astype(float) if "cached_tokens" in df.columns else 0.0 * limit
+    cached = np.clip(cached.fillna(0.0), 0.0, df["prompt_tokens"] - 1)
+    new = df["prompt_tokens"] - cached
+    if {"start_s", "end_s"} <= set(df.columns) and df[["start_s", "end_s"]].notna().all().all():
+        wave, decoding, batch = _timeline(df, new)
+    else:
+        first = (df["attempt"] == 1 if "attempt" in df.columns else True) & (df["lane"] < df["in_flight"])
+        keys = [df[k] for k in ("in_flight", "repeat") if k in df.columns]
+        wave = new.where(first, 0.0).groupby(keys).transform("sum").where(first, new)
+        decoding = (np.clip(batch, 1.0, limit) - 1).where(~first, 0.0)
+    return _frame(
+        in_flight=limit,
+        batch=np.clip(batch, 1.0, limit),
+        prompt=df["prompt_tokens"].astype(float),
+        cached=cached,
+        output=df["output_tokens"].astype(float),
+        ttft=df["ttft_ms"].astype(float),
+        tpot=df["tpot_ms"].astype(float),
+        wave_tokens=wave,
+        decoding=decoding,
+    )
+
+
+def _timeline(df: pd.DataFrame, new: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From the attempts' start and end times: the uncached tokens of each attempt's wave, the
+    sequences already running when it started, and the mean number of sequences (itself included)
+    running while it decoded."""
+    wave, decoding, batch = np.zeros(len(df)), np.zeros(len(df)), np.ones(len(df))
+    keys = [k for k in ("in_flight", "repeat") if k in df.columns]
+    for _, group in df.groupby(keys):
+        idx = group.index.to_numpy()
+        start = group["start_s"].to_numpy(float)
+        end = group["end_s"].to_numpy(float)
+        tpot_s = np.nan_to_num(group["tpot_ms"].to_numpy(float), nan=0.0) / 1e3
+        first = start + np.nan_to_num(group["ttft_ms"].to_numpy(float), nan=0.0) / 1e3
+        tol = 0.5 * tpot_s  # arrivals this close land in the same engine step
+        same = np.abs(start[:, None] - start[None, :]) <= tol[:, None]
+        running = (start[None, :] < start[:, None] - tol[:, None]) & (end[None, :] > start[:, None])
+        wave[idx] = same @ new[group.index].to_numpy(float)
+        decoding[idx] = running.sum(axis=1)
+        overlap = np.clip(np.minimum(end[None, :], end[:, None]) - np.maximum(start[None, :], first[:, None]), 0, None)
+        span = end - first
+        batch[idx] = np.where(span > 0, overlap.sum(axis=1) / np.where(span > 0, span, 1.0), 1.0)
+    return wave, decoding, batch
+
+
+def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
+    """A profile's requests as observations: TTFT from the ``prefill`` cells (a short prefill alone:
+    the long prompts of the decode cells would weigh the quadratic attention term), the decode step from the ``decode`` and ``batch`` cells (``batch``
+    sequences at ``prompt + output/2`` tokens each). The step is the request's median inter-token
+    gap where recorded (its TPOT otherwise): the requests of a wave reach the server a few ms apart,
+    and the steps that prefill a late one would otherwise count as decode steps of the early ones.
+    Failed requests and noisy cells are left out."""
+    _require(
+        profile, ["cell", "batch", "prompt_tokens", "cached_tokens", "output_tokens", "ttft_ms", "tpot_ms"], "profile"
+    )
+    df = profile[profile["outcome"].eq("ok")] if "outcome" in profile.columns else profile
+    if "noisy" in df.columns:
+        df = df[~df["noisy"].astype(bool)]
+    df = df[np.isfinite(df["prompt_tokens"].astype(float)) & (df["prompt_tokens"] >= 1)].reset_index(drop=True)
+    single = df["cell"].eq("prefill").to_numpy()
+    decoding = df["cell"].isin(["decode", "batch"]).to_numpy()
+    cached = np.clip(df["cached_tokens"].astype(float).fillna(0.0), 0.0, df["prompt_tokens"] - 1)
+    batch = df["batch"].astype(float)
+    return _frame(
+        in_flight=batch,
+        batch=batch,
+        prompt=df["prompt_tokens"].astype(float),
+        cached=cached,
+        output=np.where(decoding, df["output_tokens"].astype(float), 1.0),  # no TPOT from a prefill cell
+        ttft=np.where(single, df["ttft_ms"].astype(float), np.nan),
+        tpot=(df["itl_ms_p50"] if "itl_ms_p50" in df.columns else df["tpot_ms"]).astype(float).fillna(df["tpot_ms"]),
+        wave_tokens=df["prompt_tokens"].astype(float) - cached,
+        decoding=np.zeros(len(df)),
+    )
+
+
+def _from_levels(levels: pd.DataFrame) -> pd.DataFrame:
+    _require(
+        levels,
+        ["in_flight", "lanes", "prompt_tokens", "output_tokens", "achieved_concurrency", "ttft_p50_ms", "tpot_p50_ms"],
+        "levels",
+    )
+    limit = levels["in_flight"].astype(float)
+    lanes = levels["lanes_ok"] if "lanes_ok" in levels.columns else levels["lanes"]
+    lanes = lanes.astype(float).clip(lower=1)
+    prompt = levels["prompt_tokens"].astype(float) / lanes
+    together = np.minimum(limit, levels["lanes"].astype(float))  # the first wave of the closed loop
+    first = together / levels["lanes"].astype(float) > 0.5
+    batch = np.clip(levels["achieved_concurrency"].astype(float).fillna(1.0), 1.0, limit)
+    hit = pd.Series(0.0, index=levels.index)
+    for column in ("provider_cached_rate", "prefix_hit_rate"):  # the server's own counter wins
+        if column in levels.columns:
+            hit = levels[column].astype(float).where(lambda s: np.isfinite(s), hit)
+    return _frame(
+        in_flight=limit,
+        batch=batch,
+        prompt=prompt,
+        cached=(prompt * hit.clip(0, 1)).fillna(0.0),
+        output=levels["output_tokens"].astype(float) / lanes,
+        ttft=levels["ttft_p50_ms"].astype(float),
+        tpot=levels["tpot_p50_ms"].astype(float),
+        # the median lane is in the first wave when that wave is most of the level
+        wave_tokens=np.where(first, together, 1.0) * prompt * (1 - hit.clip(0, 1)),
+        decoding=np.where(first, 0.0, batch - 1),
+    )
+
+
+def _frame(in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, decoding) -> pd.DataFrame:
+    prompt = np.maximum(np.asarray(prompt, float), 1.0)
+    cached = np.clip(np.asarray(cached, float), 0.0, prompt)
+    output = np.asarray(output, float)
+    base = {
+        "in_flight": np.asarray(in_flight, float),
+        "batch": np.asarray(batch, float),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "context_tokens": prompt + np.nan_to_num(output, nan=1.0) / 2,
+        "wave_tokens": np.maximum(np.asarray(wave_tokens, float), 1.0),
+        "decoding": np.asarray(decoding, float),
+    }
+    ttft_rows = pd.DataFrame({"kind": "ttft", **base, "measured_ms": np.asarray(ttft, float)})
+    tpot_rows = pd.DataFrame({"kind": "tpot", **base, "measured_ms": np.asarray(tpot, float)})
+    tpot_rows = tpot_rows[output >= 2]
+    both = pd.concat([ttft_rows, tpot_rows], ignore_index=True)
+    ok = np.isfinite(both["measured_ms"]) & (both["measured_ms"] > 0)
+    return both[ok]
