@@ -9,7 +9,7 @@ element: KV-bound batch caps per backend, the decode step table over batch 0..ca
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -54,6 +54,14 @@ class _Grid:
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
     configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
+    backend_names: np.ndarray = field(init=False)  # the distinct backend names ...
+    backend_code: np.ndarray = field(init=False)  # ... and per candidate its position there
+    kv_capped: np.ndarray = field(init=False)  # per candidate: cap_reason is kv_memory
+
+    def __post_init__(self) -> None:
+        codes, names = pd.factorize(self.backend)
+        self.backend_code, self.backend_names = codes, np.asarray(names, dtype=object)
+        self.kv_capped = self.cap_reason == "kv_memory"
 
 
 def _freeze(spec: dict[str, Any]) -> tuple:

@@ -211,9 +211,8 @@ def plan(
         const = _constants()
         ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
         e2e = f"e2e_p{_percentile_label(pct)}_ms"
-        table = pd.DataFrame(
-            fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
-        )
+        columns = fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
+        table = pd.DataFrame(columns, copy=False)
         bar.update()
         if trace is not None or verify is not None:
             from toolkit._planning.verify import verify_plans  # the simulator loads only when needed
