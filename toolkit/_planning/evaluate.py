@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.special import gammaln
 
 from toolkit._planning.grid import _Grid
 from toolkit._planning.inputs import _CHECKS, _CONSTRAINTS, _poisson_quantile, length_quantile
@@ -115,10 +118,21 @@ class _Evaluator:
         return step + pauses * self.g.prefill_ms[self.g.cfg[idx]] / self.output
 
     def _wait(self, lam: np.ndarray, service_s: np.ndarray, servers: np.ndarray, ca2: np.ndarray) -> np.ndarray:
-        """Percentile queue wait (s): the closed form of :func:`toolkit.queue_wait`, through its array
-        core (the planner's inputs are valid by construction and it words the high-variance warning
-        itself)."""
-        return _waits(lam, service_s, servers, ca2, self.cs2, (self.percentile,))["waits"][0]
+        """Percentile queue wait (s) of stable queues: the closed form of :func:`toolkit.queue_wait`,
+        through its array core (the planner's inputs are valid by construction and it words the
+        high-variance warning itself). That wait is 0 wherever the probability of waiting is at most
+        ``1 - percentile``; where even an upper bound of it, ``c B / (c - a)`` with the Erlang B
+        ``B <= a^c / c!``, is well below that, the wait is 0 without the Erlang recursion, whose cost
+        grows with ``c`` (most slots of a large batch are never all busy)."""
+        load = lam * service_s
+        with np.errstate(divide="ignore"):
+            bound = np.log(servers) + servers * np.log(load) - gammaln(servers + 1) - np.log(servers - load)
+        waits = np.zeros(lam.size)
+        need = ~(bound < math.log(1.0 - self.percentile) - 1.0)
+        if need.any():
+            core = _waits(lam[need], service_s[need], servers[need], ca2[need], self.cs2, (self.percentile,))
+            waits[need] = core["waits"][0]
+        return waits
 
 
 def _holds(ev: _Evaluator, idx: np.ndarray, replicas: np.ndarray, key: str) -> np.ndarray:
