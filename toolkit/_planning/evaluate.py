@@ -1,4 +1,4 @@
-"""Evaluating the candidate grid as arrays: queue waits, SLO checks and the fewest replicas by bisection."""
+"""Evaluating the candidate grid as arrays: queue waits, SLO checks and the fewest replicas by a galloping search."""
 
 from __future__ import annotations
 
