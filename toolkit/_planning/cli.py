@@ -91,39 +91,49 @@ def _run_cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json.loads(table.to_json(orient="records")), indent=1))
         return 0
-    shown = _compact(table)
+    shown, groups = _compact(table, args.top)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", 40):
-        print(shown.head(args.top).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(
-        f"{len(table)} plan(s) in {len(shown)} groups of equal latency and cost (backends and batch limits "
-        f"that behave alike are merged); showing {min(args.top, len(shown))}; --json lists every row"
+        f"{len(table)} plan(s) in {groups} groups of equal latency and cost (backends and batch limits "
+        f"that behave alike are merged); showing {len(shown)}; --json lists every row"
     )
     return 0
 
 
-def _compact(table: pd.DataFrame) -> pd.DataFrame:
-    """Merge rows that differ only in backend or batch limit but plan the same latency and cost: one
-    row per group (in order of first appearance) with its backends ``|``-joined in order of
-    appearance, its batch limit or range, and its highest utilization."""
+def _compact(table: pd.DataFrame, top: int) -> tuple[pd.DataFrame, int]:
+    """(the first ``top`` groups, the number of groups) of the rows that differ only in backend or
+    batch limit but plan the same latency and cost: one row per group (in order of first
+    appearance) with its backends ``|``-joined in order of appearance, its batch limit or range, and
+    its highest utilization."""
     import numpy as np
+    import pandas as pd
 
     merged = ("backend", "batch", "utilization")
     keys = [c for c in table.columns if c not in (*merged, "binding_constraint", "warnings")]
-    group = table.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
-    first = np.unique(group, return_index=True)[1]
+    # group numbers in order of first appearance, NaN equal to NaN: the columns' codes folded in one
+    # at a time (pandas' factorize hashes; a groupby over every key column sorts and is slower)
+    group = np.zeros(len(table), dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(table[key], use_na_sentinel=False)
+        group = pd.factorize(group * len(uniques) + codes)[0]
+    groups = int(group.max(initial=-1)) + 1
+    first = np.unique(group, return_index=True)[1][:top]
+    shown_rows = group < first.size  # the rows of the groups shown
     out = table.iloc[first][[c for c in table.columns if c not in ("binding_constraint", "warnings")]]
     out = out.reset_index(drop=True)
+    sub = group[shown_rows]
     backends: dict[int, dict[str, None]] = {}
-    for g, name in zip(group.tolist(), table["backend"].tolist()):
+    for g, name in zip(sub.tolist(), table["backend"].to_numpy()[shown_rows].tolist()):
         backends.setdefault(g, {})[name] = None
-    batch = table["batch"].to_numpy()
+    batch = table["batch"].to_numpy()[shown_rows]
     low = np.full(first.size, np.iinfo(np.int64).max)
     high = np.full(first.size, np.iinfo(np.int64).min)
-    np.minimum.at(low, group, batch)
-    np.maximum.at(high, group, batch)
+    np.minimum.at(low, sub, batch)
+    np.maximum.at(high, sub, batch)
     utilization = np.full(first.size, -np.inf)
-    np.maximum.at(utilization, group, table["utilization"].to_numpy())
+    np.maximum.at(utilization, sub, table["utilization"].to_numpy()[shown_rows])
     out["backend"] = ["|".join(backends[g]) for g in range(first.size)]
     out["batch"] = [str(a) if a == b else f"{a}-{b}" for a, b in zip(low.tolist(), high.tolist())]
     out["utilization"] = utilization
-    return out
+    return out, groups

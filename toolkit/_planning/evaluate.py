@@ -1,11 +1,14 @@
-"""Evaluating the candidate grid as arrays: queue waits, SLO checks and the fewest replicas by bisection."""
+"""Evaluating the candidate grid as arrays: queue waits, SLO checks and the fewest replicas by a galloping search."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.special import gammaln
 
 from toolkit._planning.grid import _Grid
-from toolkit._planning.inputs import _CHECKS, _poisson_quantile, length_quantile
+from toolkit._planning.inputs import _CHECKS, _CONSTRAINTS, _poisson_quantile, length_quantile
 from toolkit._queueing.closed_forms import _waits
 
 __all__: list[str] = []
@@ -115,10 +118,21 @@ class _Evaluator:
         return step + pauses * self.g.prefill_ms[self.g.cfg[idx]] / self.output
 
     def _wait(self, lam: np.ndarray, service_s: np.ndarray, servers: np.ndarray, ca2: np.ndarray) -> np.ndarray:
-        """Percentile queue wait (s): the closed form of :func:`toolkit.queue_wait`, through its array
-        core (the planner's inputs are valid by construction and it words the high-variance warning
-        itself)."""
-        return _waits(lam, service_s, servers, ca2, self.cs2, (self.percentile,))["waits"][0]
+        """Percentile queue wait (s) of stable queues: the closed form of :func:`toolkit.queue_wait`,
+        through its array core (the planner's inputs are valid by construction and it words the
+        high-variance warning itself). That wait is 0 wherever the probability of waiting is at most
+        ``1 - percentile``; where even an upper bound of it, ``c B / (c - a)`` with the Erlang B
+        ``B <= a^c / c!``, is well below that, the wait is 0 without the Erlang recursion, whose cost
+        grows with ``c`` (most slots of a large batch are never all busy)."""
+        load = lam * service_s
+        with np.errstate(divide="ignore"):
+            bound = np.log(servers) + servers * np.log(load) - gammaln(servers + 1) - np.log(servers - load)
+        waits = np.zeros(lam.size)
+        need = ~(bound < math.log(1.0 - self.percentile) - 1.0)
+        if need.any():
+            core = _waits(lam[need], service_s[need], servers[need], ca2[need], self.cs2, (self.percentile,))
+            waits[need] = core["waits"][0]
+        return waits
 
 
 def _holds(ev: _Evaluator, idx: np.ndarray, replicas: np.ndarray, key: str) -> np.ndarray:
@@ -129,25 +143,47 @@ def _holds(ev: _Evaluator, idx: np.ndarray, replicas: np.ndarray, key: str) -> n
     return ev.evaluate(idx, replicas)[key]
 
 
-def _fewest_replicas(ev: _Evaluator, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray, key: str) -> np.ndarray:
+def _fewest_replicas(
+    ev: _Evaluator,
+    idx: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    key: str,
+    seen: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None,
+) -> np.ndarray:
     """Smallest replicas in (lo, hi] where ``key`` holds, given that it fails at ``lo`` and holds at
-    ``hi``: a vectorised bisection (every check is monotone in the per-replica load)."""
+    ``hi``: a vectorised galloping search (every check is monotone in the per-replica load, so any
+    search finds the same count). Most answers lie just above ``lo``, so it probes ``lo + 1``,
+    ``lo + 3``, ``lo + 7``, ... until a probe holds, then bisects. ``seen``, for a key of
+    :meth:`_Evaluator.evaluate`: its evaluations at ``lo`` and at ``hi``, kept at the final bounds."""
     lo, hi = lo.copy(), hi.copy()
+    step = np.ones(lo.size, dtype=lo.dtype)
     active = np.flatnonzero(hi - lo > 1)
     while active.size:
-        mid = (lo[active] + hi[active]) // 2
-        ok = _holds(ev, idx[active], mid, key)
+        mid = np.minimum(lo[active] + step[active], (lo[active] + hi[active]) // 2)
+        if seen is None:
+            ok = _holds(ev, idx[active], mid, key)
+        else:
+            out = ev.evaluate(idx[active], mid)
+            ok = out[key]
+            for at, mask in zip(seen, (~ok, ok)):
+                for name, values in out.items():
+                    at[name][active[mask]] = values[mask]
         hi[active] = np.where(ok, mid, hi[active])
         lo[active] = np.where(ok, lo[active], mid)
+        step[active] = np.where(ok, hi[active], 2 * step[active])  # once a probe holds: bisect
         active = active[hi[active] - lo[active] > 1]
     return hi
 
 
-def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """(fewest replicas keeping the queue stable, fewest meeting every SLO, 0 where none up to
-    ``max_replicas`` does; the evaluation at the fewest stable replicas of the candidates stable at
-    all). Most candidates meet the SLOs as soon as they are stable, so the SLO search starts there
-    and only the rest are bisected further."""
+def _search(
+    ev: _Evaluator, n: int, max_replicas: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """(fewest replicas keeping the queue stable, 0 where none up to ``max_replicas`` does; fewest
+    meeting every SLO, 0 where none does; for the units stable at all, in order: the evaluation at
+    the fewest meeting the SLOs, else at the fewest stable, and the code in ``_CONSTRAINTS`` of the
+    first check one replica fewer breaks, -1 for one replica). Most candidates meet the SLOs as soon
+    as they are stable, so the SLO search starts there and only the rest are searched further."""
     idx = np.arange(n)
     top = np.full(n, max_replicas)
     stable_top = _holds(ev, idx, top, "capacity")
@@ -157,28 +193,38 @@ def _search(ev: _Evaluator, n: int, max_replicas: int) -> tuple[np.ndarray, np.n
     )
     meets = np.zeros(n, dtype=int)
     first = np.flatnonzero(stable > 0)
-    at_stable = ev.evaluate(first, stable[first])
-    meets[first[at_stable["meets"]]] = stable[first[at_stable["meets"]]]
-    rest = first[~at_stable["meets"] & (stable[first] < max_replicas)]
-    rest = rest[_holds(ev, rest, top[rest], "meets")]
-    meets[rest] = _fewest_replicas(ev, rest, stable[rest], top[rest], "meets")
-    return stable, meets, at_stable
+    at = ev.evaluate(first, stable[first])
+    meets[first[at["meets"]]] = stable[first[at["meets"]]]
+    # one replica fewer than the fewest stable is unstable (capacity, the first check, fails there)
+    below = np.where(stable[first] > 1, _CONSTRAINTS.index("capacity"), -1)
+    rest = np.flatnonzero(~at["meets"] & (stable[first] < max_replicas))  # positions in first
+    at_top = ev.evaluate(first[rest], top[first[rest]])
+    reach = at_top["meets"]
+    rest = rest[reach]
+    seen = ({k: v[rest] for k, v in at.items()}, {k: v[reach] for k, v in at_top.items()})
+    units = first[rest]
+    meets[units] = _fewest_replicas(ev, units, stable[units], top[units], "meets", seen)
+    for name, values in seen[1].items():
+        at[name][rest] = values
+    below[rest] = _first_failure(seen[0])
+    return stable, meets, at, below
 
 
 def _headroom(ev: _Evaluator, at: dict[str, np.ndarray], cost: np.ndarray, budget: float | None) -> np.ndarray:
-    """Name of the constraint with the least relative headroom (for plans that need no extra replica)."""
-    names = ["capacity"]
+    """Code in ``_CONSTRAINTS`` of the constraint with the least relative headroom (for plans that need
+    no extra replica)."""
+    codes = [_CONSTRAINTS.index("capacity")]
     room = [1.0 - at["utilization"]]
     for name, column in (("slo_ttft", "ttft_ms"), ("slo_tpot", "tpot_ms"), ("slo_e2e", "e2e_ms")):
         if ev.slos[name] is not None:
-            names.append(name)
+            codes.append(_CONSTRAINTS.index(name))
             room.append(1.0 - at[column] / ev.slos[name])
     if budget is not None:
-        names.append("budget")
+        codes.append(_CONSTRAINTS.index("budget"))
         room.append(1.0 - cost / budget)
-    return np.array(names, dtype=object)[np.argmin(np.vstack(room), axis=0)]
+    return np.array(codes)[np.argmin(np.vstack(room), axis=0)]
 
 
 def _first_failure(at: dict[str, np.ndarray]) -> np.ndarray:
-    failed = np.vstack([~at[name] for name in _CHECKS])
-    return np.array(_CHECKS, dtype=object)[np.argmax(failed, axis=0)]
+    """Code in ``_CONSTRAINTS`` of the first check in ``_CHECKS`` order that fails (0 when none does)."""
+    return np.argmax(np.vstack([~at[name] for name in _CHECKS]), axis=0)

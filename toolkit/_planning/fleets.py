@@ -9,10 +9,11 @@ cap) is filled in per candidate.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _Grid
-from toolkit._planning.inputs import _CHECKS
+from toolkit._planning.inputs import _CONSTRAINTS
 
 __all__: list[str] = []
 
@@ -26,16 +27,18 @@ def fleet_columns(
     const: dict,
     e2e_column: str,
     workload: tuple[str, float, bool],
-) -> dict[str, np.ndarray]:
+) -> dict[str, object]:
     """The plan table's columns (see :func:`toolkit.plan`), one element per candidate stable with at
     most ``replicas_max`` replicas, cheapest first among those meeting the SLOs, then by latency.
-    ``workload`` is (label, service cs2, whether the closed form under-estimates its tail)."""
+    ``workload`` is (label, service cs2, whether the closed form under-estimates its tail). Text
+    columns are pandas arrays taken from their few distinct values (no per-row string work), every
+    column a new array, so ``pandas.DataFrame(columns, copy=False)`` owns them."""
     units, replicas, at, cost, meets, binding, broke = _fleets(ev, grid, replicas_max, output, budget, const)
     position = np.full(grid.cfg.size, -1)
     position[units] = np.arange(units.size)
     candidate = np.flatnonzero(position[grid.unit] >= 0)
     unit = position[grid.unit[candidate]]
-    order = np.lexsort((at["e2e_ms"][unit], cost[unit], ~meets[unit]))
+    order = _order(unit, (~meets, cost, at["e2e_ms"]))
     candidate, unit = candidate[order], unit[order]
     cfg = grid.cfg[units]
     configs = {name: values[cfg] for name, values in grid.configs.items()}
@@ -51,51 +54,69 @@ def fleet_columns(
         "quality": configs["quality"],
         "meets_slo": meets,
     }
-    columns = {name: configs[name][unit] for name in ("model", "gpu", "quant")}
-    columns["backend"] = grid.backend[candidate]
+    columns: dict[str, object] = {name: _text(grid.configs[name], cfg[unit]) for name in ("model", "gpu", "quant")}
+    columns["backend"] = _text(grid.backend_names, grid.backend_code[candidate])
     columns["tensor_parallel"] = configs["tensor_parallel"][unit]
     columns.update({name: values[unit] for name, values in per_unit.items()})
     # where one replica fewer breaks capacity, a candidate at its cap names what caps it
     again = broke[unit]
-    capped = (again == "capacity") & grid.at_cap[candidate]
-    bound = np.where(capped, grid.cap_reason[candidate].astype(str), again)
-    columns["binding_constraint"] = np.where(again == "", binding[unit], bound)
-    columns["warnings"] = _warnings(per_unit, configs, const, workload)[unit]
+    capped = (again == _CONSTRAINTS.index("capacity")) & grid.at_cap[candidate]
+    reason = np.where(grid.kv_capped[candidate], *map(_CONSTRAINTS.index, ("kv_memory", "max_batch")))
+    bound = np.where(capped, reason, again)
+    columns["binding_constraint"] = _text(
+        np.array(_CONSTRAINTS, dtype=object), np.where(again < 0, binding[unit], bound)
+    )
+    patterns, code = _warnings(per_unit, configs, const, workload)
+    columns["warnings"] = _text(patterns, code[unit])
     return columns
+
+
+def _order(unit: np.ndarray, keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``np.lexsort`` of the candidates by their units' ``keys`` (most significant first), ties in
+    candidate order: the units are sorted (fewer than the candidates), ranked with equal keys (NaN
+    equal to NaN) sharing a rank, and the candidates stably sorted by that one integer."""
+    by_unit = np.lexsort(keys[::-1])
+    same = np.ones(max(by_unit.size - 1, 0), dtype=bool)
+    for key in keys:
+        k = key[by_unit]
+        same &= (k[1:] == k[:-1]) | (np.isnan(k[1:]) & np.isnan(k[:-1]) if k.dtype.kind == "f" else False)
+    rank = np.empty(by_unit.size, dtype=np.int64)
+    rank[by_unit] = np.concatenate(([0], np.cumsum(~same)))[: by_unit.size]
+    ranked = rank[unit]
+    # numpy's stable sort is a radix sort for 16-bit keys
+    return np.argsort(ranked.astype(np.uint16) if by_unit.size <= 1 << 16 else ranked, kind="stable")
+
+
+def _text(values: np.ndarray, index: np.ndarray) -> object:
+    """The pandas text array of ``values[index]``, with the dtype pandas infers for strings."""
+    return pd.Series(values, copy=False).array.take(index)
 
 
 def _fleets(ev: _Evaluator, grid: _Grid, replicas_max: int, output: int, budget: float | None, const: dict):
     """Per unit stable with at most ``replicas_max`` replicas: (its index, the fewest replicas that meet
     the SLOs, else the fewest stable; the evaluation there; cost; verdict; binding constraint, and
     for plans of more than one replica that meet the SLOs within budget the first check one replica
-    fewer breaks, else '')."""
-    stable_at, meeting, at = _search(ev, grid.batch.size, replicas_max)
+    fewer breaks, else -1; constraints as codes in ``_CONSTRAINTS``)."""
+    stable_at, meeting, at, below = _search(ev, grid.batch.size, replicas_max)
     keep = stable_at > 0
     replicas = np.where(meeting > 0, meeting, stable_at)[keep]
     units = np.flatnonzero(keep)
-    # Only units that needed more replicas than the fewest stable are evaluated again.
-    moved = np.flatnonzero(replicas != stable_at[keep])
-    if moved.size:
-        again = ev.evaluate(units[moved], replicas[moved])
-        for key, value in again.items():
-            at[key][moved] = value
     cost = grid.gpu_cost_hour[grid.cfg[units]] * replicas * const["hours_per_month"]
     within = np.ones(units.size, dtype=bool) if budget is None else cost <= budget
     meets = at["meets"] & within
 
-    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at)).astype(str)
-    binding = np.where(at["meets"] & ~within, "budget", binding)
-    broke = np.full(units.size, "", dtype=f"<U{max(map(len, _CHECKS))}")
-    more = np.flatnonzero(at["meets"] & within & (replicas > 1))
-    if more.size:
-        broke[more] = _first_failure(ev.evaluate(units[more], replicas[more] - 1))
+    binding = np.where(at["meets"], _headroom(ev, at, cost, budget), _first_failure(at))
+    binding = np.where(at["meets"] & ~within, _CONSTRAINTS.index("budget"), binding)
+    broke = np.where(at["meets"] & within & (replicas > 1), below, -1)
     return units, replicas, at, cost, meets, binding, broke
 
 
-def _warnings(out: dict[str, np.ndarray], configs: dict[str, np.ndarray], const: dict, workload: tuple) -> np.ndarray:
-    """One '; '-joined string per row: each row's set of warnings is coded as a bit pattern, and each
-    pattern that occurs is joined once. ``workload`` is (label, cs2, whether the closed form
-    under-estimates its tail)."""
+def _warnings(
+    out: dict[str, np.ndarray], configs: dict[str, np.ndarray], const: dict, workload: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the '; '-joined text of each set of warnings, and per row the code of its set): a row's set is
+    a bit pattern, and each possible pattern is joined once. ``workload`` is (label, cs2, whether
+    the closed form under-estimates its tail)."""
     label, cs2, underestimated = workload
     rows = out["utilization"].size
     util = out["utilization"]
@@ -117,9 +138,11 @@ def _warnings(out: dict[str, np.ndarray], configs: dict[str, np.ndarray], const:
     code = np.zeros(rows, dtype=np.int64)
     for bit, (mask, _) in enumerate(checks):
         code |= mask.astype(np.int64) << bit
-    patterns, inverse = np.unique(code, return_inverse=True)
     joined = np.array(
-        ["; ".join(message for bit, (_, message) in enumerate(checks) if pattern >> bit & 1) for pattern in patterns],
+        [
+            "; ".join(message for bit, (_, message) in enumerate(checks) if pattern >> bit & 1)
+            for pattern in range(1 << len(checks))
+        ],
         dtype=object,
     )
-    return joined[inverse] if rows else np.array([], dtype=object)
+    return joined, code

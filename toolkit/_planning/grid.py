@@ -9,7 +9,7 @@ element: KV-bound batch caps per backend, the decode step table over batch 0..ca
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -54,6 +54,14 @@ class _Grid:
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
     configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
+    backend_names: np.ndarray = field(init=False)  # the distinct backend names ...
+    backend_code: np.ndarray = field(init=False)  # ... and per candidate its position there
+    kv_capped: np.ndarray = field(init=False)  # per candidate: cap_reason is kv_memory
+
+    def __post_init__(self) -> None:
+        codes, names = pd.factorize(self.backend)
+        self.backend_code, self.backend_names = codes, np.asarray(names, dtype=object)
+        self.kv_capped = self.cap_reason == "kv_memory"
 
 
 def _freeze(spec: dict[str, Any]) -> tuple:
@@ -101,16 +109,19 @@ def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
 _BLOCK_ROWS = 32
 
 
-def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray) -> np.ndarray:
-    """Decode step ms, a row per configuration (``constants`` columns) and a column per ``n``,
-    evaluated in blocks of rows (several times faster than one pass over the whole table)."""
-    rows = constants["model"]["layers"].shape[0]
-    table = np.empty((rows, n.size))
-    for start in range(0, rows, _BLOCK_ROWS):
-        block = slice(start, start + _BLOCK_ROWS)
+def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Decode step ms, a row per configuration (``constants`` columns) and a column per ``n`` up to
+    the row's ``top`` (NaN beyond), evaluated in blocks of rows of similar ``top``, each only as wide
+    as its largest (several times faster than one pass over the whole table)."""
+    table = np.full((top.size, n.size), np.nan)
+    order = np.argsort(top, kind="stable")
+    for start in range(0, top.size, _BLOCK_ROWS):
+        block = order[start : start + _BLOCK_ROWS]
+        width = int(top[block].max()) + 1
         part = {k: v[block] if np.ndim(v) == 2 else v for k, v in constants.items() if k != "model"}
         part["model"] = {k: v[block] for k, v in constants["model"].items()}
-        table[block] = step_time(part, n, kv, 0.0, 0.0)
+        table[block, :width] = step_time(part, n[:width], kv[:width], 0.0, 0.0)
+    table[n > top[:, None]] = np.nan
     return table
 
 
@@ -183,8 +194,7 @@ def _build_grid(
     # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration
     top = np.where(ok, cap, 0).max(axis=1, initial=0)
     n = np.arange(top.max(initial=0) + 1, dtype=float)
-    table = _step_table(constants, n, n * (prompt_tokens + output_tokens / 2))
-    table[n > top[:, None]] = np.nan
+    table = _step_table(constants, n, n * (prompt_tokens + output_tokens / 2), top)
     first = ttft_time(constants, float(prompt_tokens), cached_tokens)[:, 0]
 
     config, backend = np.nonzero(ok)

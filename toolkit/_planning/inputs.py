@@ -19,6 +19,8 @@ __all__: list[str] = []
 
 
 _CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
+# every binding constraint a plan can name; the checks first, so a check's position is its code
+_CONSTRAINTS = (*_CHECKS, "budget", "kv_memory", "max_batch")
 
 
 # frontier plans a trace workload is replayed on in the simulator (each replays the whole trace)

@@ -30,7 +30,7 @@ The model of one replica (every step time from :class:`toolkit.CostModel`, every
   quantiles errs high: against :func:`toolkit.simulate`, within ~20% for fixed-length requests and
   up to ~50% high for exponential lengths (tests/test_planner.py).
 
-Replicas are found by a vectorised bisection over ``1..max_replicas`` (every check is monotone in
+Replicas are found by a vectorised galloping search over ``1..max_replicas`` (every check is monotone in
 the per-replica load); batch, replicas and every latency are numpy array math over all candidates
 at once, each distinct (configuration, batch) searched once for all the backends that share it. The
 candidate grid itself is array math too: every catalog row is resolved and validated once, and the
@@ -211,9 +211,8 @@ def plan(
         const = _constants()
         ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
         e2e = f"e2e_p{_percentile_label(pct)}_ms"
-        table = pd.DataFrame(
-            fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
-        )
+        columns = fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
+        table = pd.DataFrame(columns, copy=False)
         bar.update()
         if trace is not None or verify is not None:
             from toolkit._planning.verify import verify_plans  # the simulator loads only when needed
