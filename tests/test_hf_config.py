@@ -311,6 +311,27 @@ def test_sliding_window_rules():
     assert toolkit.model_from_hf_config(mistral, name="m")["sliding_window_layers"] == 0
     gemma = {k: v for k, v in CONFIGS["Gemma-3-270M"].items() if k != "layer_types"}
     assert toolkit.model_from_hf_config(gemma, name="g")["sliding_window_layers"] == 15  # from the pattern
+    gemma["_sliding_window_pattern"] = 3
+    assert toolkit.model_from_hf_config(gemma, name="g")["sliding_window_layers"] == 12  # layers 2, 5 ... global
+
+
+def test_gemma2_alternates_local_and_global_layers():
+    # google/gemma-2-2b config.json; the model card: 2.6B parameters
+    config = {
+        "model_type": "gemma2",
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "max_position_embeddings": 8192,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 26,
+        "num_key_value_heads": 4,
+        "sliding_window": 4096,
+        "vocab_size": 256000,
+    }
+    spec = toolkit.model_from_hf_config(config, name="gemma-2-2b")
+    assert (spec["sliding_window"], spec["sliding_window_layers"], spec["tied_embeddings"]) == (4096, 13, True)
+    assert round(spec["params_b"], 1) == 2.6
 
 
 def test_biases_where_the_family_or_config_has_them():

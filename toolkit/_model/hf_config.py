@@ -8,10 +8,11 @@ norm. Active parameters count the ``experts_per_token`` routed experts an MoE to
 rest. The families differ only in what the config leaves implicit, taken from the transformers config
 classes and modelling code: Qwen2 hard-wires q/k/v biases, Qwen3 and Gemma 3 add per-head q/k norms,
 Gemma 2 and 3 put four norms in a layer, Gemma ties its embeddings by default, and where sliding-window
-layers sit (Mistral: all, when ``sliding_window`` is set; Qwen2/3: layers from ``max_window_layers``
-on, only with ``use_sliding_window``; Gemma 2: every other; Gemma 3: all but every
-``sliding_window_pattern``-th; an explicit ``layer_types`` list wins). A multimodal config is read
-through its ``text_config``; its vision tower is not counted.
+layers sit (Mistral: all, when ``sliding_window`` is set; Qwen2/3: only with ``use_sliding_window``,
+the layers from ``max_window_layers`` on, as transformers' code has it, though its docstring says the
+reverse; Gemma 2: every other; Gemma 3: all but every ``sliding_window_pattern``-th; an explicit
+``layer_types`` list wins). A multimodal config is read through its ``text_config``; its vision tower
+is not counted.
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ from toolkit._model.resolve import resolve_model
 
 __all__ = ["model_from_hf_config"]
 
+_QWEN = {"tie_word_embeddings": False, "use_sliding_window": False, "max_window_layers": 28}
+
 # model_type -> (hidden-sized norms per layer, per-head q/k norms, hard-wired q/k/v biases, the
 # transformers config class's defaults for the fields read here that published configs leave out)
 _FAMILIES: dict[str, tuple[int, bool, bool, dict[str, Any]]] = {
     "llama": (2, False, False, {"tie_word_embeddings": False}),
     "mistral": (2, False, False, {"tie_word_embeddings": False, "sliding_window": 4096}),
     "mixtral": (2, False, False, {"tie_word_embeddings": False}),
-    "qwen2": (2, False, True, {"tie_word_embeddings": False, "use_sliding_window": False}),
-    "qwen2_moe": (2, False, True, {"tie_word_embeddings": False, "use_sliding_window": False}),
-    "qwen3": (2, True, False, {"tie_word_embeddings": False, "use_sliding_window": False}),
-    "qwen3_moe": (2, True, False, {"tie_word_embeddings": False, "use_sliding_window": False}),
+    "qwen2": (2, False, True, _QWEN),
+    "qwen2_moe": (2, False, True, _QWEN),
+    "qwen3": (2, True, False, _QWEN),
+    "qwen3_moe": (2, True, False, _QWEN),
     "deepseek": (2, False, False, {"tie_word_embeddings": False}),
     "gemma": (2, False, False, {"tie_word_embeddings": True}),
     "gemma2": (4, False, False, {"tie_word_embeddings": True, "sliding_window": 4096}),
@@ -52,7 +55,6 @@ _FAMILIES: dict[str, tuple[int, bool, bool, dict[str, Any]]] = {
             "head_dim": 256,
             "max_position_embeddings": 131_072,
             "sliding_window": 4096,
-            "sliding_window_pattern": 6,
         },
     ),
 }
@@ -102,6 +104,7 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
         supported = ", ".join(sorted(_FAMILIES))
         raise ValueError(f"config 'model_type' must be one of {supported}, got {model_type!r}")
     norms, qk_norm, qkv_bias, defaults = _FAMILIES[model_type]
+    # a null field takes the class default, as in transformers, except a null window: no window
     cfg = {**defaults, **{k: v for k, v in config.items() if v is not None or k == "sliding_window"}}
 
     hidden = _field(cfg, "hidden_size")
@@ -238,12 +241,13 @@ def _sliding(cfg: Mapping[str, Any], model_type: str, layers: int) -> tuple[floa
             raise ValueError(f"config 'layer_types' may hold sliding_attention and full_attention, got {unknown}")
         count = types.count("sliding_attention")
     elif model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        first = check_int("config 'max_window_layers'", cfg.get("max_window_layers", layers), low=0)
+        first = check_int("config 'max_window_layers'", cfg["max_window_layers"], low=0)
         count = max(layers - first, 0) if cfg["use_sliding_window"] else 0
     elif model_type == "gemma2":
         count = (layers + 1) // 2  # layers 0, 2, 4 ... are local
     elif model_type == "gemma3_text":
-        pattern = _field(cfg, "sliding_window_pattern", default=cfg.get("_sliding_window_pattern", 6))
+        pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
+        pattern = check_int("config 'sliding_window_pattern'", pattern, low=1)
         count = layers - layers // pattern  # every pattern-th layer is global
     elif model_type == "mistral":
         count = layers if cfg.get("sliding_window") is not None else 0
