@@ -309,6 +309,8 @@ def test_sliding_window_rules():
     assert toolkit.model_from_hf_config(qwen, name="q")["sliding_window_layers"] == 8  # layers 20 ... 27
     mistral = {**CONFIGS["Mistral-7B"], "sliding_window": None}  # Mistral-7B-v0.2 and later
     assert toolkit.model_from_hf_config(mistral, name="m")["sliding_window_layers"] == 0
+    mixtral = {**CONFIGS["Mixtral-8x7B"], "sliding_window": 4096}
+    assert toolkit.model_from_hf_config(mixtral, name="m")["sliding_window_layers"] == 32
     gemma = {k: v for k, v in CONFIGS["Gemma-3-270M"].items() if k != "layer_types"}
     assert toolkit.model_from_hf_config(gemma, name="g")["sliding_window_layers"] == 15  # from the pattern
     gemma["_sliding_window_pattern"] = 3
@@ -378,6 +380,8 @@ def test_bad_moe_configs_and_inputs_name_the_field(tmp_path):
         toolkit.model_from_hf_config({**QWEN_MOE, "num_experts_per_tok": 61}, name="q")
     with pytest.raises(ValueError, match="missing the field 'num_local_experts'"):
         toolkit.model_from_hf_config({**CONFIGS["Mixtral-8x7B"], "num_local_experts": None}, name="m")
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        toolkit.model_from_hf_config(CONFIGS["Mistral-7B"], name=" ")
     with pytest.raises(ValueError, match="name is required"):
         toolkit.model_from_hf_config(CONFIGS["Mistral-7B"])
     with pytest.raises(ValueError, match="path_or_dict"):

@@ -8,7 +8,7 @@ norm. Active parameters count the ``experts_per_token`` routed experts an MoE to
 rest. The families differ only in what the config leaves implicit, taken from the transformers config
 classes and modelling code: Qwen2 hard-wires q/k/v biases, Qwen3 and Gemma 3 add per-head q/k norms,
 Gemma 2 and 3 put four norms in a layer, Gemma ties its embeddings by default, and where sliding-window
-layers sit (Mistral: all, when ``sliding_window`` is set; Qwen2/3: only with ``use_sliding_window``,
+layers sit (Mistral, Mixtral: all, when ``sliding_window`` is set; Qwen2/3: only with ``use_sliding_window``,
 the layers from ``max_window_layers`` on, as transformers' code has it, though its docstring says the
 reverse; Gemma 2: every other; Gemma 3: all but every ``sliding_window_pattern``-th; an explicit
 ``layer_types`` list wins). A multimodal config is read through its ``text_config``; its vision tower
@@ -93,6 +93,8 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
         If the file cannot be read as a JSON object, ``model_type`` is not supported, or a field
         the architecture needs is missing or out of range (the message names the field).
     """
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError(f"name must be a non-empty string or None, got {name!r}")
     raw, where = _load(path_or_dict)
     config = raw.get("text_config") or raw
     if not isinstance(config, Mapping):
@@ -249,7 +251,7 @@ def _sliding(cfg: Mapping[str, Any], model_type: str, layers: int) -> tuple[floa
         pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
         pattern = check_int("config 'sliding_window_pattern'", pattern, low=1)
         count = layers - layers // pattern  # every pattern-th layer is global
-    elif model_type == "mistral":
+    elif model_type in ("mistral", "mixtral"):
         count = layers if cfg.get("sliding_window") is not None else 0
     else:
         count = 0
