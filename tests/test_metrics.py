@@ -157,3 +157,118 @@ def test_a_reset_between_the_scrapes_is_caught_by_the_requests_own_counts():
     assert math.isnan(checked.prefix_hit_rate) and "reset" in checked.prefix_reason
     assert checked.output_tokens == 30  # 30 generated >= 30 reported: still consistent
     assert math.isnan(d.checked(prompt_tokens=80, output_tokens=31).output_tokens)
+
+
+# TGI's /metrics as its router writes it (metrics-exporter-prometheus 0.15: counters without _total, a
+# series only once recorded, histograms as _bucket/_sum/_count); names and help texts from
+# huggingface/text-generation-inference router/src/server.rs and validation.rs. A TGI launched with
+# --max-input-tokens 1024 --max-total-tokens 2048 writes 100 buckets per token histogram (1024/100 and
+# 2048/100 apart); they are cut to a few here, the parser reads only _sum.
+TGI_COLD = """# TYPE tgi_batch_max_total_tokens gauge
+tgi_batch_max_total_tokens 16000
+
+"""
+
+# three chat requests of 12, 30 and 58 prompt tokens that generated 16, 16 and 8 tokens, and one that
+# failed validation (counted by tgi_request_count and tgi_request_failure, by no token series)
+TGI_AFTER = """# HELP tgi_request_count Total number of requests
+# TYPE tgi_request_count counter
+tgi_request_count 4
+
+# HELP tgi_request_success Number of successful requests
+# TYPE tgi_request_success counter
+tgi_request_success 3
+
+# TYPE tgi_request_failure counter
+tgi_request_failure{err="validation"} 1
+
+# HELP tgi_batch_inference_count Inference calls per method (prefill or decode)
+# TYPE tgi_batch_inference_count counter
+tgi_batch_inference_count{method="prefill"} 3
+tgi_batch_inference_count{method="decode"} 22
+
+# TYPE tgi_batch_max_total_tokens gauge
+tgi_batch_max_total_tokens 16000
+
+# HELP tgi_queue_size Current queue size
+# TYPE tgi_queue_size gauge
+tgi_queue_size 0
+
+# HELP tgi_batch_current_size Current batch size
+# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size 0
+
+# HELP tgi_request_input_length Input token length per request
+# TYPE tgi_request_input_length histogram
+tgi_request_input_length_bucket{le="10.24"} 0
+tgi_request_input_length_bucket{le="20.48"} 1
+tgi_request_input_length_bucket{le="30.72"} 2
+tgi_request_input_length_bucket{le="40.96"} 2
+tgi_request_input_length_bucket{le="51.2"} 2
+tgi_request_input_length_bucket{le="61.44"} 3
+tgi_request_input_length_bucket{le="+Inf"} 3
+tgi_request_input_length_sum 100
+tgi_request_input_length_count 3
+
+# HELP tgi_request_generated_tokens Generated tokens per request
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="20.48"} 3
+tgi_request_generated_tokens_bucket{le="40.96"} 3
+tgi_request_generated_tokens_bucket{le="+Inf"} 3
+tgi_request_generated_tokens_sum 40
+tgi_request_generated_tokens_count 3
+
+# HELP tgi_request_queue_duration Time spent in the queue per request
+# TYPE tgi_request_queue_duration histogram
+tgi_request_queue_duration_bucket{le="0.0003375"} 2
+tgi_request_queue_duration_bucket{le="0.00050625"} 3
+tgi_request_queue_duration_bucket{le="+Inf"} 3
+tgi_request_queue_duration_sum 0.000912
+tgi_request_queue_duration_count 3
+
+"""
+
+
+def test_tgi_token_histograms_from_a_cold_page():
+    before, after = parse_snapshot(TGI_COLD), parse_snapshot(TGI_AFTER)
+    # the cold page has no token series yet (TGI writes one only once recorded): zero, not unknown
+    assert before.engine == after.engine == "tgi" and before.counters == {"queries": 0.0, "output": 0.0}
+    d = delta(before, after)
+    # 12 + 30 + 58 = 100 prompt tokens and 16 + 16 + 8 = 40 generated; the request count (4, with the
+    # failed one), the queue and batch gauges and the durations play no part
+    assert d.prompt_tokens == 100 and d.output_tokens == 40 and d.output_reason == ""
+    assert math.isnan(d.prefix_hit_rate) and "no prefix-cache hit counter" in d.prefix_reason
+
+
+def test_tgi_page_through_scrape_metrics():
+    class TgiServer(StreamingServer):
+        def metrics_text(self) -> str:
+            return TGI_AFTER
+
+    with TgiServer() as srv:
+        frame = toolkit.scrape_metrics(srv.base_url + "/metrics")
+    values = dict(zip(frame["name"], frame["value"]))
+    assert frame.attrs["engine"] == "tgi"
+    assert values["tgi_request_input_length_sum"] == 100 and values["tgi_request_generated_tokens_sum"] == 40
+    assert values["tgi_request_count_total"] == 4  # prometheus_client names the counter's sample with _total
+
+
+def test_a_sweep_against_a_tgi_page_counts_its_generated_tokens():
+    class TgiServer(StreamingServer):
+        def metrics_text(self) -> str:
+            with self._lock:
+                prompt, generated = self.counters["prompt"] + self.counters["cached"], self.counters["predicted"]
+            page = TGI_COLD
+            if generated:  # TGI writes the histograms only once a request has recorded them
+                page += (
+                    "# TYPE tgi_request_input_length histogram\n"
+                    f"tgi_request_input_length_sum {prompt}\ntgi_request_input_length_count 2\n"
+                    "# TYPE tgi_request_generated_tokens histogram\n"
+                    f"tgi_request_generated_tokens_sum {generated}\ntgi_request_generated_tokens_count 2\n"
+                )
+            return page
+
+    with TgiServer() as srv:
+        level = toolkit.run_sweep(srv.base_url, "m", ["a b", "a c"], limits=(2,), progress=False).levels.iloc[0]
+    assert level.server_output_tokens == 12  # 6 + 6, from a cold page as the baseline
+    assert math.isnan(level.prefix_hit_rate) and "tgi exposes no prefix-cache hit counter" in level.reason

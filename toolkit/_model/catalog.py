@@ -53,7 +53,8 @@ def models() -> pd.DataFrame:
         ``layers``, ``hidden_size``, ``attention_heads``, ``kv_heads``, ``head_dim``,
         ``intermediate_size``, ``vocab_size``, ``tied_embeddings``, ``max_context`` (tokens),
         ``sliding_window`` (tokens, NaN when none), ``sliding_window_layers`` (layers using it),
-        ``experts`` and ``experts_per_token`` (0 for dense models), ``source``.
+        ``experts`` and ``experts_per_token`` (0 for dense models), ``source``. A model missing here
+        can be read from its own ``config.json`` with :func:`model_from_hf_config`.
     """
     return load_csv("models.csv")
 

@@ -2,7 +2,7 @@
 
 The sweep scrapes ``/metrics`` before and after each level and reports what the *server* says it did
 over that interval, beside what the client measured: the prefix-cache hit rate and the number of
-generated tokens. Three engines are recognised, each by the series it exposes:
+generated tokens. Four engines are recognised, each by the series it exposes:
 
 ======== ===================================================== =========================================
 engine   prefix-cache counters (hit rate = hits / looked up)   generated-token counter
@@ -15,12 +15,24 @@ SGLang   ``sglang:cached_tokens_total`` /                      ``sglang:generati
 llama.cpp ``llamacpp:prompt_tokens_cached_total`` /            ``llamacpp:tokens_predicted_total``
          (``llamacpp:prompt_tokens_total`` + cached); llama.cpp's
          prompt counter excludes cached tokens
+TGI      none (TGI exposes no prefix-cache counter); prompt    ``tgi_request_generated_tokens_sum``
+         tokens from ``tgi_request_input_length_sum``
 ======== ===================================================== =========================================
 
 Availability is decided by a series' presence, never by a non-zero value: a cold server's zero is a
 valid baseline. A counter that went down between two scrapes (the server restarted) gives no delta,
 and the reason says so. SGLang's ``sglang:cache_hit_rate`` gauge is a running average, not a counter,
 so it cannot be attributed to one level and is not used.
+
+TGI (text-generation-inference) names come from its router (``router/src/server.rs``,
+``router/src/validation.rs``) and ``docs/source/reference/metrics.md``, huggingface/text-generation-inference
+at db931fcf (January 2026). Both series are histograms: ``_sum`` adds the per-request values, the input
+length when a request passes validation and the generated tokens when it succeeds. TGI's exporter
+(metrics-exporter-prometheus) writes a series only once it has been recorded, so a TGI page is
+recognised by any ``tgi_`` series and a token series it lacks is zero so far, not unavailable. Its
+other series have no counterpart here and are not read: ``tgi_request_count`` and
+``tgi_request_success`` count requests, not tokens; ``tgi_queue_size`` and ``tgi_batch_current_size``
+are gauges of the moment and ``tgi_request_queue_duration`` is a time.
 """
 
 from __future__ import annotations
@@ -63,7 +75,15 @@ _ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
         "uncached": ("llamacpp:prompt_tokens_total",),
         "output": ("llamacpp:tokens_predicted_total",),
     },
+    "tgi": {
+        "queries": ("tgi_request_input_length_sum",),
+        "output": ("tgi_request_generated_tokens_sum",),
+    },
 }
+
+# engine -> the prefix of every series it writes, for engines whose exporter writes a series only after
+# its first record: such a page is recognised by the prefix, and a counter it lacks reads as zero.
+_WRITTEN_WHEN_RECORDED = {"tgi": "tgi_"}
 
 
 def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> pd.DataFrame:
@@ -83,11 +103,12 @@ def scrape_metrics(metrics_url: str, *, timeout_s: float = 5.0, api_key: str | N
     Returns
     -------
     pandas.DataFrame
-        ``name`` (sample name as exposed, counters keep their ``_total``), ``family`` (the metric
+        ``name`` (sample name as exposed, counters keep their ``_total``; prometheus_client adds one
+        to a counter exposed without it, as TGI's are), ``family`` (the metric
         family as prometheus_client names it, counters without ``_total``), ``type`` (counter, gauge,
         histogram, summary, untyped ...), ``labels`` (dict of label name -> value) and ``value``
         (float, in the metric's own unit). ``attrs["engine"]`` names the recognised engine (vllm,
-        sglang, llamacpp) or is None.
+        sglang, llamacpp, tgi) or is None.
 
     Raises
     ------
@@ -190,6 +211,8 @@ def parse_snapshot(text: str) -> Snapshot:
             if not math.isfinite(values[present[0]]) or values[present[0]] < 0:
                 return Snapshot(None, reason=f"/metrics reports {present[0]} = {values[present[0]]}, not a count")
             counters[role] = values[present[0]]
+        elif engine in _WRITTEN_WHEN_RECORDED:  # nothing recorded yet
+            counters[role] = 0.0
     return Snapshot(engine, counters)
 
 
@@ -283,5 +306,8 @@ def _sum_by_name(rows: list[dict]) -> dict[str, float]:
 def _detect(values: dict[str, float]) -> str | None:
     for engine, roles in _ENGINES.items():
         if any(name in values for names in roles.values() for name in names):
+            return engine
+        prefix = _WRITTEN_WHEN_RECORDED.get(engine)
+        if prefix and any(name.startswith(prefix) for name in values):
             return engine
     return None
