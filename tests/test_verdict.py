@@ -45,7 +45,7 @@ def test_repeats_on_both_sides_of_a_threshold_are_inconclusive():
 
 def test_a_noisy_level_is_inconclusive_whatever_its_elasticity():
     # both repeats read batching at 2 in flight, but their throughputs are 150 and 200 tokens/s:
-    # a spread of 50 / 175 = 29% > 15%
+    # a spread of 50 / 175 = 29% > 25%
     u = {1: [10.0, 10.0], 2: [10 * 2**0.05, 10 * 2**0.1]}
     tok = {1: [100.0, 100.0], 2: [150.0, 200.0]}
     assert _verdicts(_runs(u, tok))[2] == "inconclusive"
@@ -61,7 +61,7 @@ def test_one_repeat_near_a_threshold_is_inconclusive_far_from_it_is_not():
 
 @pytest.mark.parametrize(
     ("values", "noisy"),
-    [([100, 114], False), ([100, 118], True), ([100], False), ([100, math.nan], False), ([90, 100, 110], True)],
+    [([100, 118], False), ([100, 130], True), ([100], False), ([100, math.nan], False), ([80, 100, 110], True)],
 )
-def test_disagree_is_a_spread_of_more_than_15_percent_of_the_median(values, noisy):
+def test_disagree_is_a_spread_of_more_than_25_percent_of_the_median(values, noisy):
     assert disagree(pd.Series(values, dtype=float)) is noisy

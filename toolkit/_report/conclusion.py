@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from toolkit._report.tiles import _peak, _throughput_shape, _tok
+from toolkit._sweep.levels import NOISY_TOLERANCE
 
 __all__: list[str] = []
 
@@ -90,7 +91,7 @@ def _verdict(df: pd.DataFrame) -> str:
     verdict, limit = str(top["verdict"]), int(top["in_flight"])
     if verdict == "inconclusive" and "elasticity" in df and pd.notna(top["elasticity"]):
         why = (
-            "its repeats disagree by more than 15%"
+            f"its repeats disagree by more than {NOISY_TOLERANCE:.0%}"
             if "noisy" in df and bool(top["noisy"])
             else "its runs do not put the elasticity clearly on one side of a threshold"
         )

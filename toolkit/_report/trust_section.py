@@ -12,6 +12,7 @@ import pandas as pd
 from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.measure import _Run
+from toolkit._sweep.levels import NOISY_TOLERANCE
 
 __all__: list[str] = []
 
@@ -97,7 +98,7 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         "<p><b>1. The profile.</b> A designed experiment (toolkit.profile): single-stream decode at two"
         " context lengths (bandwidth and step overhead), decode at several batch sizes (the per-sequence"
         " term), prefill at three prompt lengths (prefill rate and request overhead), each cell repeated"
-        f" and interleaved. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than 15%)"
+        f" and interleaved. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than {NOISY_TOLERANCE:.0%})"
         " and are left out of the fit.</p>" + _table_html(cells, "Profile cells", "profile_cells.csv", open_=True)
     )
     if check.refused:
