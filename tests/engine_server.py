@@ -1,11 +1,12 @@
 """A loopback chat server that batches like a serving engine, with step times from known coefficients.
 
-Requests join a queue; one engine task runs steps one after another (as llama.cpp and vLLM do):
-
-- a prefill step, whenever requests wait: it prefills all of them, takes ``d_ms + e_ms * P`` for
-  ``P`` prompt tokens in total, and each of them streams its first token at its end;
-- otherwise a decode step of the ``n`` running sequences holding ``K`` tokens in total (prompt plus
-  tokens generated so far): ``a_ms + b_ms * n + c_ms * K``, one token each at its end.
+A request waits ``request_ms`` (its fixed cost outside the engine: parsing, tokenising), then joins
+the engine's queue. One engine task runs steps one after another, continuous batching as llama.cpp
+and vLLM do: each step decodes one token for each of the ``n`` running sequences (holding ``K``
+tokens in total, prompt plus tokens generated so far) and prefills every waiting prompt (``P``
+tokens in total), and takes ``a_ms + b_ms * n + c_ms * K + e_ms * P``. A prefilled request streams
+its first token at the end of its step, a running one its next token. A prompt alone therefore
+waits ``d = request_ms + a_ms`` plus ``e_ms`` per prompt token for its first token.
 
 Step ends follow an absolute schedule (each end is the previous end plus the step's duration), so the
 event loop's wake-up delays do not accumulate into the measured TPOT. A prompt costs one token per
@@ -32,11 +33,12 @@ class _Sequence:
 
 
 class EngineServer(StreamingServer):
-    """Loopback engine with step time ``a + b n + c K`` (decode) and ``d + e P`` (prefill), in ms."""
+    """Loopback engine with step time ``a + b n + c K + e P`` ms and ``request_ms`` before the queue."""
 
-    def __init__(self, *, a_ms: float, b_ms: float, c_ms: float, d_ms: float, e_ms: float) -> None:
+    def __init__(self, *, a_ms: float, b_ms: float, c_ms: float, e_ms: float, request_ms: float) -> None:
         super().__init__(metrics=False)
-        self.a_ms, self.b_ms, self.c_ms, self.d_ms, self.e_ms = a_ms, b_ms, c_ms, d_ms, e_ms
+        self.a_ms, self.b_ms, self.c_ms, self.e_ms = a_ms, b_ms, c_ms, e_ms
+        self.request_ms = request_ms
         self._waiting: list[_Sequence] = []
         self._running: list[_Sequence] = []
         self._wake: asyncio.Event | None = None
@@ -51,17 +53,13 @@ class EngineServer(StreamingServer):
                 self._wake.clear()
                 await self._wake.wait()
                 end = loop.time()
-            if self._waiting:
-                batch, self._waiting = self._waiting, []
-                end += (self.d_ms + self.e_ms * sum(s.prompt for s in batch)) / 1e3
-                await asyncio.sleep(max(0.0, end - loop.time()))
-                self._running += batch
-            else:
-                held = sum(s.prompt + s.generated for s in self._running)
-                end += (self.a_ms + self.b_ms * len(self._running) + self.c_ms * held) / 1e3
-                await asyncio.sleep(max(0.0, end - loop.time()))
-                batch = self._running
-            for seq in batch:
+            new, self._waiting = self._waiting, []
+            held = sum(s.prompt + s.generated for s in self._running)
+            step_ms = self.a_ms + self.b_ms * len(self._running) + self.c_ms * held
+            end += (step_ms + self.e_ms * sum(s.prompt for s in new)) / 1e3
+            await asyncio.sleep(max(0.0, end - loop.time()))
+            self._running += new
+            for seq in self._running:
                 seq.generated += 1
                 seq.remaining -= 1
                 seq.tokens.put_nowait(f"t{seq.generated} ")
@@ -75,6 +73,7 @@ class EngineServer(StreamingServer):
         prompt = len(words(body))
         n = int(body.get("max_tokens", 16))
         seq = _Sequence(prompt=prompt, remaining=n)
+        await asyncio.sleep(self.request_ms / 1e3)
         self._waiting.append(seq)
         self._wake.set()
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}

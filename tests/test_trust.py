@@ -128,6 +128,36 @@ def test_an_inconclusive_verdict_is_said_in_words():
     assert "inconclusive" in text and "0.69" in text and "cannot be told" in text
 
 
+def test_the_loop_predicts_a_server_that_follows_the_cost_model():
+    # the loopback engine of tests/engine_server.py, whose step time the cost model can express
+    # exactly: calibrated on its profile alone, the model must predict a sweep and a replay it never saw
+    from engine_server import EngineServer
+    from test_profile import DEVICE, MODEL, QUANT, TRUE, _coefficients, _profile
+
+    server_ms = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    rng = np.random.default_rng(0)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 6, 30)),
+            "prompt_tokens": rng.integers(20, 200, 30),
+            "output_tokens": rng.integers(4, 30, 30),
+        }  # fmt: skip
+    )
+    prompts = [" ".join(["w"] * n) for n in (40, 80, 120, 60, 100, 30, 90, 50)]
+    with EngineServer(**server_ms) as server:
+        frame = _profile(server)
+        swept = tk.run_sweep(server.base_url, "test-model", prompts, limits=(1, 2, 4, 8), max_tokens=24,
+                             progress=False, tag_levels=False)  # fmt: skip
+        replayed = tk.replay_trace(trace, server.base_url, "test-model", progress=False)
+    # the engine caps nothing, so neither does the simulator
+    check = trust_check(frame, swept.lanes, swept.levels, replayed.requests, model=MODEL, gpu=DEVICE, quant=QUANT,
+                        max_batch=1000)  # fmt: skip
+    assert check.calibration["held"].iloc[0] == ""
+    assert check.sweep_median_error < 0.05, check.sweep_accuracy
+    assert check.replay_median_error < 0.05, check.replay_accuracy
+    assert check.sentence.startswith("The calibrated model can be trusted for this server")
+
+
 @pytest.mark.server
 def test_profile_of_the_real_llama_server(llama_server):
     before = tk.scrape_metrics(llama_server.metrics_url).set_index("name")["value"]
