@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from toolkit._sweep.levels import NOISY_TOLERANCE
+from toolkit._sweep.levels import disagree
 
 __all__: list[str] = []
 
@@ -28,19 +28,13 @@ def design(
 
 
 def mark_noisy(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``noisy``: the cell's per-wave medians (median ITL, else TPOT, for decode and batch; TTFT for prefill)
-    spread by more than ``NOISY_TOLERANCE`` of their median. A cell with one wave is not noisy."""
+    """Add ``noisy``: the cell's per-wave medians (median ITL, else TPOT, for decode and batch; TTFT for
+    prefill) disagree (:func:`toolkit._sweep.levels.disagree`). A cell with one wave is not noisy."""
     step = frame["itl_ms_p50"].fillna(frame["tpot_ms"]) if "itl_ms_p50" in frame else frame["tpot_ms"]
     metric = np.where(frame["cell"].eq("prefill"), frame["ttft_ms"], step).astype(float)
-    per_wave = (
-        frame.assign(_m=metric)
-        .groupby(["cell", "batch", "prompt_tokens_target", "wave"], dropna=False)["_m"]
-        .median()
-        .groupby(level=[0, 1, 2], dropna=False)
-    )
-    spread = (per_wave.max() - per_wave.min()) / per_wave.median()
-    noisy = spread > NOISY_TOLERANCE
-    keys = pd.MultiIndex.from_frame(frame[["cell", "batch", "prompt_tokens_target"]])
+    keys = ["cell", "batch", "prompt_tokens_target"]
+    per_wave = frame.assign(_m=metric).groupby([*keys, "wave"], dropna=False)["_m"].median()
+    noisy = per_wave.groupby(level=[0, 1, 2], dropna=False).agg(disagree)
     out = frame.copy()
-    out["noisy"] = noisy.reindex(keys).fillna(False).to_numpy(dtype=bool)
+    out["noisy"] = noisy.reindex(pd.MultiIndex.from_frame(frame[keys])).fillna(False).to_numpy(dtype=bool)
     return out
