@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from toolkit._report.panels import BAR_COLOR, HEIGHT, WIDTH, _require
+from toolkit._report.panels import BAR_COLOR, WIDTH, _require
 
 __all__ = ["published_accuracy_chart"]
 
