@@ -10,9 +10,10 @@ Each row is predicted from its own conditions with the default efficiencies (no 
 - ``closed`` / ``open``: :func:`toolkit.simulate` at that concurrency or request rate, the row's
   statistic (mean or median) of TTFT or TPOT, or its output tokens/s.
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
-  batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each step decodes
-  that batch at the mean context and prefills the ``batch x input / output`` prompt tokens that
-  keep it full. With ``load_level`` set (static batching): one prefill of the whole batch, then
+  batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each decode step
+  of that batch at the mean context is followed by the ``batch x input / output`` prompt tokens
+  that keep it full, prefilled in separate steps of ``max_num_batched_tokens`` (at that step's cost
+  per token), as engines without chunked prefill (TensorRT-LLM's default) schedule them. With ``load_level`` set (static batching): one prefill of the whole batch, then
   ``output`` steps of the batch.
 - ``kv_capacity``: :attr:`CostModel.kv_budget_tokens`.
 
@@ -83,8 +84,10 @@ def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
 def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -> float:
     if math.isnan(batch):  # the engine picks the batch: steady continuous batching
         batch = min(float(cm.max_concurrent_seqs(int(isl + osl))), cm.max_batch)
-        step = cm.step_ms(batch, batch * (isl + osl / 2), batch * isl / osl, isl / 2 * batch / osl)
-        out_tok_s = batch * 1000 / step
+        full = cm.max_num_batched_tokens  # prompts prefill in their own full-size steps
+        prefill_ms_per_token = cm.step_ms(0, 0, full) / full
+        decode_ms = cm.step_ms(batch, batch * (isl + osl / 2))
+        out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * prefill_ms_per_token)
     else:  # static batching: the whole batch prefills, then decodes every token together
         prefill = cm.step_ms(0, 0, batch * isl) + cm.request_overhead_ms
         decode = np.sum(cm.step_ms(batch, batch * (isl + np.arange(int(osl)))))
