@@ -75,6 +75,8 @@ def test_values_and_conditions_are_well_formed(table):
     # a rate or concurrency is given wherever the load is not offline
     assert table.loc[table["load_mode"].isin(["closed", "open"]), "load_level"].notna().all()
     assert table["source"].str.len().gt(10).all()
+    # a '#' inside a field would start a comment for the reader and cut the row short
+    assert table["notes"].notna().all() and table["split"].notna().all()
     assert table["source_date"].astype(str).str.fullmatch(r"\d{4}-\d{2}(-\d{2})?").all()
 
 
