@@ -193,16 +193,16 @@ def simulate(
         )
     n_replicas = check_int("replicas", replicas, low=1, high=MAX_REPLICAS)
     check_choice("routing", routing, _ROUTING)
-    if warmup_fraction is None:
-        all_at_once = concurrency is not None and num_requests is not None and concurrency >= num_requests
-        warmup_fraction = 0.0 if all_at_once else 0.1
-    warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     seed = check_int("seed", seed, low=0)
     check_progress(progress)
     rng = np.random.default_rng(seed)
     arrival, prompt, output = _load(
         rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace
     )
+    if warmup_fraction is None:
+        all_at_once = concurrency is not None and concurrency >= prompt.size
+        warmup_fraction = 0.0 if all_at_once else 0.1
+    warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     cm = _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget)
     kv_budget = int(cm.kv_budget_tokens)
     slack = max(int(getattr(cm, "kv_block_tokens", 1)) - 1, 0)
