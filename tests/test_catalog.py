@@ -38,6 +38,7 @@ REQUIRED_MODELS = [
     "Mistral-7B",
     "Gemma-3-270M",
     "Mixtral-8x7B",
+    "Llama-2-70B",
 ]
 REQUIRED_QUANTS = ["fp16", "bf16", "fp8", "int8", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "int4", "awq"]
 

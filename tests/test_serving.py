@@ -69,9 +69,17 @@ def test_tensor_parallel_all_reduce_term():
     cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "bf16", tensor_parallel=4)
     terms = cm.step_terms(1, 1024)
     assert float(terms["overhead_ms"]) == pytest.approx(2.1087381, rel=1e-6)
-    # MBU 0.7 x 0.9^2 = 0.567 under TP 4; weights per GPU 141.1074 / 4 GB
-    assert cm.mbu == pytest.approx(0.567)
+    # MBU 0.7 x 0.8^2 = 0.448 under TP 4 over NVLink; weights per GPU 141.1074 / 4 GB
+    assert cm.mbu == pytest.approx(0.448)
     assert cm.weights_bytes == pytest.approx(141.1074e9 / 4)
+
+
+def test_tensor_parallel_over_pcie_keeps_less_bandwidth_than_over_nvlink():
+    # L40S (32 GB/s PCIe, below the 100 GB/s NVLink threshold): 0.7 x 0.7^2 = 0.343 at TP 4;
+    # A100 80GB (300 GB/s NVLink): 0.7 x 0.8 = 0.56 at TP 2; one GPU keeps the full 0.7 either way
+    assert toolkit.cost_model("Llama-3.1-70B", "L40S", "fp8", tensor_parallel=4).mbu == pytest.approx(0.343)
+    assert toolkit.cost_model("Llama-3.1-70B", "A100 80GB", "bf16", tensor_parallel=2).mbu == pytest.approx(0.56)
+    assert toolkit.cost_model("Llama-3.1-8B", "L40S", "bf16").mbu == pytest.approx(0.7)
 
 
 def test_moe_decode_reads_more_experts_as_the_batch_grows():

@@ -495,3 +495,16 @@ def test_compare_wait_models_bad_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the closed forms' high-variance warning is not re-raised here
         compare_wait_models(utilizations=(0.5,), cs2_values=(8,), num_requests=20_000)
+
+
+def test_a_closed_loop_sending_every_request_at_once_keeps_every_request_by_default():
+    # 20 clients, 20 requests: all sent at t=0, so the default warm-up drops none of them
+    # (with the open-loop default of 10% the first two would be dropped and output_tok_s fall)
+    kwargs = dict(prompt_tokens=128, output_tokens=64, num_requests=20, concurrency=20)
+    result = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs)
+    assert result.summary.iloc[0]["requests"] == 20
+    assert not result.requests["warmup"].any()
+    kept = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, warmup_fraction=0.1)
+    assert kept.summary.iloc[0]["requests"] == 18
+    partial = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **{**kwargs, "concurrency": 4})
+    assert partial.summary.iloc[0]["requests"] == 18

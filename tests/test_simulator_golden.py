@@ -86,6 +86,7 @@ WORKLOADS = {
         ca2=3.0,
         seed=7,
         max_num_batched_tokens=4096,
+        calibration={"tp_mbu_factor": 0.9},  # recorded before issue 17's NVLink factor of 0.8
     ),
     "moe_tp2": dict(
         model="Mixtral-8x7B",
@@ -97,6 +98,7 @@ WORKLOADS = {
         num_requests=6000,
         arrival_rate=15.0,
         seed=8,
+        calibration={"tp_mbu_factor": 0.9},  # recorded before issue 17's NVLink factor of 0.8
     ),
     "window": dict(
         model="Gemma-3-270M",

@@ -78,6 +78,9 @@ _EXPORTS: dict[str, str] = {
     # checks against published runs
     "reference_sweep": "_validation.reference_check",
     "compare_with_chimeraforge": "_validation.chimeraforge",
+    "accuracy_against_published": "_validation.published",
+    "accuracy_summary": "_validation.published",
+    "published_accuracy_chart": "_report.accuracy_chart",
 }
 
 __all__ = sorted(_EXPORTS)

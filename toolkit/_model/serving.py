@@ -22,8 +22,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   FLOPs per layer (QK^T and AV, a multiply-add each). A decode token attends to its sequence's
   context; prompt token i of a prefill attends to C + i keys, so the prefill has
   ``P*C + P(P+1)/2`` pairs (causal), window layers ``sum_i min(C + i, window)``.
-* Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied by ``tp_mbu_factor`` per
-  doubling of ``tp``, and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
+* Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
+  ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
+  ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
   ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s``.
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one.

@@ -62,6 +62,13 @@ def weight_terms(model: Mapping[str, Any], quant: Mapping[str, Any], tp: Any) ->
     return embed, body, weights, expert * (model["experts"] > 0)
 
 
+def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
+    """MBU kept per doubling of tensor parallel: ``nvlink_factor`` on GPUs whose interconnect reaches
+    ``nvlink_min_gb_s``, ``tp_mbu_factor_pcie`` (efficiency.csv) on PCIe-only cards."""
+    nvlink = np.asarray(interconnect_gb_s) >= efficiency_value("nvlink_min_gb_s")
+    return np.where(nvlink, nvlink_factor, efficiency_value("tp_mbu_factor_pcie"))
+
+
 def cost_constants(
     specs: Mapping[str, Mapping[str, Any]],
     tp: Any,
@@ -109,7 +116,7 @@ def cost_constants(
     fp8 = gpu["fp8_tflops"]
     layer_bytes = _kv_layer_bytes(model, specs["kv_dtype"], tp)
     return {
-        "mbu": efficiencies["mbu"] * efficiencies["tp_mbu_factor"] ** np.log2(tp),
+        "mbu": efficiencies["mbu"] * tp_factor(efficiencies["tp_mbu_factor"], gpu["interconnect_gb_s"]) ** np.log2(tp),
         "mfu": efficiencies["mfu"],
         "step_overhead_ms": efficiencies["step_overhead_ms"],
         "request_overhead_ms": efficiencies["request_overhead_ms"],

@@ -91,7 +91,7 @@ def simulate(
     kv_dtype: object = "fp16",
     calibration: object = None,
     cost: object = None,
-    warmup_fraction: float = 0.1,
+    warmup_fraction: float | None = None,
     backend: object = None,
     progress: bool | None = None,
 ) -> SimulationResult:
@@ -155,8 +155,11 @@ def simulate(
         prefill_context_tokens)`` (ms, numpy-broadcasting), ``kv_budget_tokens`` and
         ``request_overhead_ms`` (optional ``kv_block_tokens``, ``max_batch``). Lets tests inject exact
         service times.
-    warmup_fraction : float
+    warmup_fraction : float, optional
         Fraction of the requests (the first ones sent) left out of ``summary`` as warm-up, in [0, 1).
+        Default 0.1, except 0 for a closed loop with at least as many clients as requests: every
+        request is sent at time 0, so none arrives at a warmed-up engine and dropping the first 10%
+        would under-report ``output_tok_s`` by 10%.
     backend : str or spec, optional
         Serving backend passed to the cost model (its memory reservation and batch cap).
     progress : bool, optional
@@ -190,13 +193,16 @@ def simulate(
         )
     n_replicas = check_int("replicas", replicas, low=1, high=MAX_REPLICAS)
     check_choice("routing", routing, _ROUTING)
-    warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     seed = check_int("seed", seed, low=0)
     check_progress(progress)
     rng = np.random.default_rng(seed)
     arrival, prompt, output = _load(
         rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace
     )
+    if warmup_fraction is None:
+        all_at_once = concurrency is not None and concurrency >= prompt.size
+        warmup_fraction = 0.0 if all_at_once else 0.1
+    warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     cm = _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget)
     kv_budget = int(cm.kv_budget_tokens)
     slack = max(int(getattr(cm, "kv_block_tokens", 1)) - 1, 0)

@@ -1,0 +1,93 @@
+"""accuracy_against_published: hand-derived predictions, the split, the physical floor, the summary, the chart."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import toolkit
+
+_ROW = {
+    "id": "hand-itl",
+    "family": "itl",
+    "metric": "itl_ms",
+    "value": 10.0,
+    "statistic": "mean",
+    "model": "Llama-3.1-8B",
+    "weights": "fp16",
+    "kv_dtype": "fp16",
+    "gpu": "H100 SXM",
+    "tensor_parallel": 1,
+    "engine": "vllm",
+    "engine_version": "",
+    "input_tokens": 1,
+    "output_tokens": 2,
+    "load_mode": "single",
+    "load_level": 1,
+    "source": "test",
+    "source_date": "2026-01",
+    "notes": "",
+    "split": "dev",
+}
+
+
+def _table(*changes: dict) -> pd.DataFrame:
+    return pd.DataFrame([{**_ROW, **change} for change in changes])
+
+
+def test_single_request_itl_is_the_weights_and_kv_over_the_bandwidth():
+    # Llama-3.1-8B fp16 on an H100 SXM: 8.0303e9 params x 2 bytes; KV per layer and token
+    # 2 (K, V) x 8 heads x 128 dims x 2 bytes; context 1 + 2/2 = 2 tokens read, 1 written, 32 layers;
+    # 3350 GB/s at the default MBU 0.7, plus the 0.5 ms step overhead (compute is far below).
+    read = 8.0303e9 * 2 + 2 * 8 * 128 * 2 * 32 * 3
+    expected = read / (3350e9 * 0.7) * 1e3 + 0.5
+    out = toolkit.accuracy_against_published(_table({}))
+    assert out.loc[0, "predicted"] == pytest.approx(expected, rel=1e-9)
+    assert out.loc[0, "signed_err"] == pytest.approx(expected / 10.0 - 1)
+    assert out.loc[0, "abs_err"] == pytest.approx(abs(expected / 10.0 - 1))
+
+
+def test_the_split_is_respected():
+    table = _table({"id": "a", "split": "dev"}, {"id": "b", "split": "holdout"}, {"id": "c", "split": "dev"})
+    assert list(toolkit.accuracy_against_published(table, split="dev")["id"]) == ["a", "c"]
+    assert list(toolkit.accuracy_against_published(table, split="holdout")["id"]) == ["b"]
+    assert len(toolkit.accuracy_against_published(table)) == 3
+    with pytest.raises(ValueError, match="split"):
+        toolkit.accuracy_against_published(table, split="test")
+
+
+def test_a_figure_faster_than_the_hardware_is_flagged_and_left_out_of_the_summary():
+    # 16 GB of weights cannot be read in 1 ms at 3.35 TB/s (the floor is ~4.8 ms)
+    out = toolkit.accuracy_against_published(_table({"id": "ok"}, {"id": "fast", "value": 1.0}))
+    assert list(out["below_floor"]) == [False, True]
+    summary = toolkit.accuracy_summary(out).set_index("family")
+    assert summary.loc["all", "rows"] == 1
+    assert summary.loc["all", "below_floor"] == 1
+
+
+def test_rows_outside_the_catalog_or_without_lengths_are_skipped_with_a_reason():
+    out = toolkit.accuracy_against_published(
+        _table({"gpu": "Imaginary GPU"}, {"load_mode": "open", "load_level": 2, "input_tokens": None})
+    )
+    assert out["predicted"].isna().all()
+    assert "gpu" in out.loc[0, "skipped"]
+    assert "lengths" in out.loc[1, "skipped"]
+
+
+def test_open_loop_rows_share_one_simulation_and_kv_capacity_is_the_budget():
+    out = toolkit.accuracy_against_published(
+        _table(
+            {"id": "t", "family": "ttft", "metric": "ttft_ms", "load_mode": "open", "load_level": 2},
+            {"id": "i", "load_mode": "open", "load_level": 2, "input_tokens": 128, "output_tokens": 64},
+            {"id": "k", "family": "kv_capacity", "metric": "kv_capacity_tokens", "value": 1e5},
+        )
+    )
+    cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "fp16", backend="vllm")
+    assert out.loc[2, "predicted"] == cm.kv_budget_tokens
+    assert out.loc[0, "predicted"] >= cm.ttft_ms(1)
+
+
+def test_the_chart_has_one_panel_per_family():
+    out = toolkit.accuracy_against_published(_table({}, {"id": "t", "family": "ttft", "metric": "ttft_ms"}))
+    spec = toolkit.published_accuracy_chart(out).to_dict()
+    assert spec["facet"]["column"]["field"] == "family"
