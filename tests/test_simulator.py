@@ -96,7 +96,7 @@ def test_preemption_timeline_by_hand():
 def test_closed_loop_batches_the_clients_together():
     # 4 clients, 10 output tokens, 1 ms per step: all four run together, 10 steps per round, so
     # 4 requests per 10 ms = 400 req/s with exactly 4 in flight
-    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=8, cost=FixedStep(1.0))
+    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=8, cost=FixedStep(1.0), output_cv=0)
     s = res.summary.iloc[0]
     assert s["throughput_rps"] == pytest.approx(400.0, rel=1e-9)
     assert s["achieved_concurrency"] == pytest.approx(4.0, rel=1e-9)
@@ -106,7 +106,7 @@ def test_closed_loop_batches_the_clients_together():
 
 def test_closed_loop_beyond_max_batch_queues_one_round():
     # 4 clients, 2 slots: every request after the first round waits exactly one 10-step round
-    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=2, cost=FixedStep(1.0))
+    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=2, cost=FixedStep(1.0), output_cv=0)
     waits = res.requests.loc[~res.requests["warmup"], "queue_wait_s"]
     np.testing.assert_allclose(waits, 0.010, rtol=1e-9)
 
@@ -508,3 +508,18 @@ def test_a_closed_loop_sending_every_request_at_once_keeps_every_request_by_defa
     assert kept.summary.iloc[0]["requests"] == 18
     partial = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **{**kwargs, "concurrency": 4})
     assert partial.summary.iloc[0]["requests"] == 18
+
+
+def test_a_closed_loop_spreads_a_fixed_output_length_by_default_and_says_so():
+    kwargs = dict(prompt_tokens=128, output_tokens=200, num_requests=400, seed=3)
+    closed = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, concurrency=8)
+    lengths = closed.requests["output_tokens"].to_numpy()
+    assert closed.config["output_cv"] == 0.05
+    assert lengths.std() / lengths.mean() == pytest.approx(0.05, rel=0.2)
+    fixed = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, concurrency=8, output_cv=0)
+    assert (fixed.requests["output_tokens"] == 200).all()
+    open_loop = simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, arrival_rate=5.0)
+    assert open_loop.config["output_cv"] == 0
+    assert (open_loop.requests["output_tokens"] == 200).all()
+    with pytest.raises(ValueError, match="output_cv"):
+        simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, concurrency=8, output_cv=-0.1)

@@ -40,7 +40,7 @@ from toolkit._model.serving import cost_model
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.engine import _Clock, _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
-from toolkit._queueing.workload import _load
+from toolkit._queueing.workload import _draw_tokens, _load
 
 __all__ = ["simulate"]
 
@@ -50,6 +50,11 @@ _ROUTING = ("round_robin", "least_loaded", "shared_queue")
 MAX_REPLICAS = 10**4
 # runs from this many requests show a progress bar by default (on a terminal): a few seconds
 LONG_REQUESTS = 200_000
+
+# Default spread of a fixed output length in a closed loop: real runs end requests at EOS or at
+# slightly different lengths, so clients drift out of phase; issue 17's 70B FP8 TP2 runs at 25-50
+# clients came out +160-197% on TTFT in lock-step and about half that with a 5% spread.
+CLOSED_LOOP_OUTPUT_CV = 0.05
 
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
@@ -94,6 +99,7 @@ def simulate(
     warmup_fraction: float | None = None,
     backend: object = None,
     progress: bool | None = None,
+    output_cv: float | None = None,
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -155,6 +161,11 @@ def simulate(
         prefill_context_tokens)`` (ms, numpy-broadcasting), ``kv_budget_tokens`` and
         ``request_overhead_ms`` (optional ``kv_block_tokens``, ``max_batch``). Lets tests inject exact
         service times.
+    output_cv : float, optional
+        Coefficient of variation given to a fixed (int) ``output_tokens`` in a closed loop: lengths
+        are drawn lognormal with that mean and spread (rounded, >= 1). Default 0.05 for a closed
+        loop (identical lengths keep every client in lock-step, each wave prefilling all prompts
+        together, which a real benchmark does not do) and 0 otherwise; recorded in ``config``.
     warmup_fraction : float, optional
         Fraction of the requests (the first ones sent) left out of ``summary`` as warm-up, in [0, 1).
         Default 0.1, except 0 for a closed loop with at least as many clients as requests: every
@@ -199,6 +210,11 @@ def simulate(
     arrival, prompt, output = _load(
         rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace
     )
+    if output_cv is None:
+        output_cv = CLOSED_LOOP_OUTPUT_CV if concurrency is not None else 0.0
+    spread = check_number("output_cv", output_cv, low=0)
+    if spread > 0 and concurrency is not None and isinstance(output_tokens, int | np.integer):
+        output = _draw_tokens("output_tokens", ("lognormal", int(output_tokens), spread), rng, output.size)
     if warmup_fraction is None:
         all_at_once = concurrency is not None and concurrency >= prompt.size
         warmup_fraction = 0.0 if all_at_once else 0.1
@@ -261,5 +277,6 @@ def simulate(
         "request_overhead_ms": cm.request_overhead_ms,
         "seed": seed,
         "warmup_fraction": warm,
+        "output_cv": spread,
     }
     return SimulationResult(requests, pd.DataFrame([summary]), config)
