@@ -26,12 +26,9 @@ from toolkit._args import check_int, check_number
 from toolkit._sweep import host_state
 from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.bounded import MAX_EXCERPT_BYTES, BodyTooLarge, fetch
-from toolkit._sweep.files import split_credentials
-from toolkit._sweep.filler import build_filler
-from toolkit._sweep.plan import BearerAuth, _api_key, _check_url
-from toolkit._sweep.probe import _probe
+from toolkit._sweep.plan import _api_key, _check_url
 from toolkit._sweep.profile_cells import design, mark_noisy
-from toolkit._sweep.replay import _bodies, _send_all
+from toolkit._sweep.replay import _bodies, _send_all, session
 
 __all__ = ["profile"]
 
@@ -48,7 +45,7 @@ def profile(
     output_tokens: int = 32,
     budget_s: float = 600.0,
     timeout_s: float = 300.0,
-    seed: int = 0,
+    seed: int | None = None,
     api_key: str | None = None,
     api_key_env: str | None = "TOOLKIT_API_KEY",
     extra_body: Mapping[str, Any] | None = None,
@@ -95,8 +92,9 @@ def profile(
         No cell starts after this many seconds (> 0).
     timeout_s : float
         Limit for one request (s, > 0).
-    seed : int
-        Seed of the filler words (0 to 2**40).
+    seed : int or None
+        Seed of the filler words (0 to 2**40); None draws a fresh one, so that a profile repeated on
+        the same server finds none of its prompts in the prefix cache. Recorded in ``seed``.
     api_key, api_key_env, extra_body, progress
         As in :func:`toolkit.replay_trace`.
 
@@ -112,7 +110,7 @@ def profile(
         ``other_cpu_share``, ``client_cpu_s``, ``server_cpu_s``, ``busy`` (see
         :mod:`toolkit._sweep.host_state`); ``noisy`` (the cell's repeats disagree: its per-wave
         medians spread by more than ``NOISY_TOLERANCE`` of their median); ``server_version``,
-        ``server_flags`` and ``model``. Unknowns are NaN, never zero.
+        ``server_flags``, ``model`` and ``seed``. Unknowns are NaN, never zero.
 
     Raises
     ------
@@ -170,7 +168,9 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
         ),
         "budget_s": check_number("budget_s", a["budget_s"], low=0, low_inclusive=False),
         "timeout_s": check_number("timeout_s", a["timeout_s"], low=0, low_inclusive=False, high=86_400),
-        "seed": check_int("seed", a["seed"], low=0, high=2**40),
+        "seed": int(np.random.SeedSequence().entropy % 2**40)
+        if a["seed"] is None
+        else check_int("seed", a["seed"], low=0, high=2**40),
         "api_key": _api_key(a["api_key"], a["api_key_env"]),
         "extra_body": dict(extra),
         "progress": a["progress"],
@@ -178,25 +178,12 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _profile(*, base_url, model, server, cells, budget_s, timeout_s, seed, api_key, extra_body, progress):
-    url, auth, secrets = split_credentials(base_url)
-    root = url.rstrip("/").removesuffix("/v1").rstrip("/")
-    if api_key:
-        secrets += (api_key,)
-    auth = BearerAuth(api_key) if api_key else auth
     if progress:
         print(_cost_statement(cells, budget_s), file=sys.stderr)
     pid = getattr(getattr(server, "_proc", None), "pid", None)
-    async with httpx.AsyncClient(
-        headers={"Accept-Encoding": "identity"},
-        timeout=httpx.Timeout(timeout_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        trust_env=False,
-    ) as client:
-        models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
-        model = model or models[0]
-        chat_url = root + "/v1/chat/completions"
-        filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
-        version = await _server_version(client, root, auth, timeout_s)
+    async with session(base_url, model, api_key, timeout_s, seed) as ses:
+        client, model = ses.client, ses.model
+        version = await _server_version(client, ses.root, ses.auth, timeout_s)
         rows: list[dict[str, Any]] = []
         started = time.perf_counter()
         for wave, cell in enumerate(cells.itertuples(index=False)):
@@ -211,9 +198,11 @@ async def _profile(*, base_url, model, server, cells, budget_s, timeout_s, seed,
             prompts = np.full(n, int(cell.prompt_tokens_target))
             outputs = np.full(n, int(cell.output_tokens_target))
             # every request of the profile gets its own words: seed, wave and position
-            bodies = _bodies(filler, model, prompts, outputs, True, extra_body, seed + 1000 * wave)
+            bodies = _bodies(ses.filler, model, prompts, outputs, True, extra_body, seed + 1000 * wave)
             before = host_state.sample(pid)
-            records = await _send_all(client, chat_url, auth, bodies, np.zeros(n), timeout_s, None, secrets, False)
+            records = await _send_all(
+                client, ses.chat_url, ses.auth, bodies, np.zeros(n), timeout_s, None, ses.secrets, False
+            )
             after = host_state.sample(pid)
             state = host_state.conditions(before, after) | {"wave_s": after.wall_s - before.wall_s}
             rows += [{**base, "request": i, **_keep(r), **state} for i, r in enumerate(records)]
@@ -223,6 +212,7 @@ async def _profile(*, base_url, model, server, cells, budget_s, timeout_s, seed,
     frame["server_version"] = version
     frame["server_flags"] = _flags(server)
     frame["model"] = model
+    frame["seed"] = seed
     return mark_noisy(frame)
 
 

@@ -29,13 +29,12 @@ from tqdm.auto import tqdm
 from toolkit._args import check_int, check_number
 from toolkit._queueing.workload import _trace_columns
 from toolkit._sweep.blocking import run_blocking
-from toolkit._sweep.files import split_credentials
-from toolkit._sweep.filler import Filler, build_filler
+from toolkit._sweep.filler import Filler
 from toolkit._sweep.lanes import _exchange
-from toolkit._sweep.plan import BearerAuth, _api_key, _check_url
-from toolkit._sweep.probe import _probe
+from toolkit._sweep.plan import _api_key, _check_url
 from toolkit._sweep.records import _record, _Stream
 from toolkit._sweep.replay_result import ReplayResult, replay_summary
+from toolkit._sweep.session import session
 
 __all__ = ["replay_trace"]
 
@@ -164,23 +163,13 @@ async def _replay(
     *, trace, arrival_s, prompt_tokens, output_tokens, base_url, model, exact_output, timeout_s, deadline_s,
     max_lateness_ms, seed, api_key, extra_body, progress,
 ) -> ReplayResult:  # fmt: skip
-    url, auth, secrets = split_credentials(base_url)
-    root = url.rstrip("/").removesuffix("/v1").rstrip("/")
-    if api_key:
-        secrets += (api_key,)
-    auth = BearerAuth(api_key) if api_key else auth  # sent with base_url's requests only
-    async with httpx.AsyncClient(
-        headers={"Accept-Encoding": "identity"},
-        timeout=httpx.Timeout(timeout_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        trust_env=False,
-    ) as client:
-        models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
-        model = model or models[0]
-        chat_url = root + "/v1/chat/completions"
-        filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
+    async with session(base_url, model, api_key, timeout_s, seed) as ses:
+        model, filler = ses.model, ses.filler
         bodies = _bodies(filler, model, prompt_tokens, output_tokens, exact_output, extra_body, seed)
-        rows = await _send_all(client, chat_url, auth, bodies, arrival_s, timeout_s, deadline_s, secrets, progress)
+        rows = await _send_all(
+            ses.client, ses.chat_url, ses.auth, bodies, arrival_s, timeout_s, deadline_s, ses.secrets, progress
+        )
+    root = ses.root
     requests = _requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
     params = {
         "base_url": root,
