@@ -83,6 +83,7 @@ def test_a_frame_of_scenarios_keeps_its_index_and_reads_missing_values_as_defaul
             "num_requests": 200,
             "arrival_rate": [4.0, np.nan],
             "concurrency": [np.nan, 8],
+            "output_cv": 0.0,  # identical lengths in the closed loop too (its default spreads them 5%)
         },
         index=["open", "closed"],
     )
@@ -94,6 +95,7 @@ def test_a_frame_of_scenarios_keeps_its_index_and_reads_missing_values_as_defaul
         output_tokens=64,
         num_requests=200,
         concurrency=8,
+        output_cv=0.0,
         seed=int(grid.loc["closed", "seed"]),
     )
     assert grid.loc["closed", "e2e_mean_s"] == pytest.approx(closed.summary.loc[0, "e2e_mean_s"])

@@ -31,6 +31,17 @@ CONFIGS = {
         "vocab_size": 32000,
         "max_position_embeddings": 4096,
     },
+    "Llama-2-70B": {
+        **LLAMA,
+        "_name_or_path": "meta-llama/Llama-2-70b-hf",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    },
     "Llama-3.1-8B": {
         **LLAMA,
         "hidden_size": 4096,
@@ -198,6 +209,7 @@ def _count(config: dict, field: str = "params_b") -> int:
     ("name", "params", "active"),
     [
         ("Llama-2-7B", 6_738_415_616, None),
+        ("Llama-2-70B", 68_976_648_192, None),
         ("Llama-3.1-8B", 8_030_261_248, None),
         ("Qwen2.5-7B", 7_615_616_512, None),  # with Qwen2's q/k/v biases
         ("Gemma-3-270M", 268_098_176, None),  # with q/k norms and four norms a layer
