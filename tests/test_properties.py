@@ -211,6 +211,8 @@ NOT_NUMERIC: dict[str, str] = {
     "compare_with_chimeraforge": "a fixed comparison table, no argument",
     "accuracy_against_published": "takes a DataFrame or path; a bad split is a ValueError (test_the_split_is_respected)",
     "accuracy_summary": "takes a DataFrame",
+    "profile": "measures a live server; its numeric arguments: test_profile.py::test_bad_arguments_name_the_field",
+    "model_from_hf_config": "takes a config mapping or path; each bad field is a ValueError (test_hf_config.py)",
     "published_accuracy_chart": "takes a DataFrame and a string",
     "stat_tiles": "takes a DataFrame",
     "decomposition_note": "takes a DataFrame",
