@@ -169,6 +169,19 @@ SPECS: dict[str, Spec] = {
         examples=10,
         needs_server=True,
     ),
+    "profile": Spec(
+        kwargs={
+            "model": "fault-model",
+            "repeats": 1,
+            "context_tokens": (4, 8),
+            "prompt_tokens": (4, 6, 8),
+            "batch_sizes": (1, 2, 3),
+            "output_tokens": 2,
+            "progress": False,
+        },
+        examples=10,
+        needs_server=True,
+    ),
     "predict_sweep": Spec(
         kwargs={**SERVING, "prompt_tokens": 256, "output_tokens": 16, "lanes": 4, "limits": (1, 2)},
         numeric={"prompt_tokens": "array", "output_tokens": "array", "cached_tokens": "array"},
@@ -211,7 +224,6 @@ NOT_NUMERIC: dict[str, str] = {
     "compare_with_chimeraforge": "a fixed comparison table, no argument",
     "accuracy_against_published": "takes a DataFrame or path; a bad split is a ValueError (test_the_split_is_respected)",
     "accuracy_summary": "takes a DataFrame",
-    "profile": "measures a live server; its numeric arguments: test_profile.py::test_bad_arguments_name_the_field",
     "model_from_hf_config": "takes a config mapping or path; each bad field is a ValueError (test_hf_config.py)",
     "published_accuracy_chart": "takes a DataFrame and a string",
     "stat_tiles": "takes a DataFrame",
@@ -226,7 +238,7 @@ NONFINITE_OK: dict[str, tuple[str, ...]] = {
     "cost_model": ("max_batch",),  # CostModel: "the backend's cap on decoded sequences (inf when none)"
 }
 # results that document NaN as "cannot be known" throughout (SweepResult); infinities still fail
-NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace"}
+NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace", "profile"}
 
 
 # --- discovering numeric parameters -------------------------------------------------------------------
@@ -356,7 +368,7 @@ def _bounded(seconds: float = 2.0, extra_bytes: int = 1 << 30):
 def _call(name: str, pname: str, value: Any, server: FaultServer | None) -> Any:
     spec = SPECS[name]
     kwargs = dict(spec.kwargs)
-    if name in ("run_sweep", "replay_trace"):
+    if name in ("run_sweep", "replay_trace", "profile"):
         kwargs.setdefault("base_url", server.base_url)
         kwargs.setdefault("timeout_s", 5)
         if name == "run_sweep":
