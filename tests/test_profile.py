@@ -87,21 +87,18 @@ def _read_back(cm) -> dict:
     }
 
 
+def _small_profile(server: EngineServer, **overrides):
+    """A quick profile: short prompts, few tokens, one repeat unless overridden."""
+    design = {"repeats": 1, "context_tokens": (8, 16), "prompt_tokens": (8, 16, 24), "batch_sizes": (1, 2, 3)}
+    return tk.profile(server.base_url, "test-model", **{**design, "output_tokens": 4, "progress": False, **overrides})
+
+
 @pytest.fixture(scope="module")
 def transport_ms() -> float:
     """What a client measures as TTFT from a server that takes no time: loopback HTTP, parsing and
     event-loop wake-ups. It is part of every TTFT the client sees, so of the ``d`` it recovers."""
     with EngineServer(a_ms=0, b_ms=0, c_ms=0, e_ms=0, request_ms=0) as server:
-        frame = tk.profile(
-            server.base_url,
-            "test-model",
-            repeats=3,
-            context_tokens=(8, 16),
-            prompt_tokens=(8, 16, 24),
-            batch_sizes=(1, 2, 3),
-            output_tokens=2,
-            progress=False,
-        )
+        frame = _small_profile(server, repeats=3, output_tokens=2)
     return float(frame.loc[frame["cell"].eq("prefill"), "ttft_ms"].median())
 
 
@@ -178,16 +175,7 @@ def test_a_coefficient_the_server_does_not_exercise_is_reported_and_held(transpo
 def test_profile_records_the_conditions_of_each_wave():
     truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
     with EngineServer(**truth) as server:
-        frame = tk.profile(
-            server.base_url,
-            "test-model",
-            repeats=1,
-            context_tokens=(8, 16),
-            prompt_tokens=(8, 16, 24),
-            batch_sizes=(1, 2, 3),
-            output_tokens=4,
-            progress=False,
-        )
+        frame = _small_profile(server)
     waves = frame.groupby("wave").first()
     assert len(waves) == 2 + 2 + 3  # two decode, two batch (2 and 3), three prefill cells
     assert (waves["wave_s"] > 0).all()
@@ -202,17 +190,7 @@ def test_profile_records_the_conditions_of_each_wave():
 def test_profile_stops_at_its_budget_and_keeps_the_cells_it_did_not_run():
     truth = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
     with EngineServer(**truth) as server:
-        frame = tk.profile(
-            server.base_url,
-            "test-model",
-            repeats=2,
-            context_tokens=(8, 16),
-            prompt_tokens=(8, 16, 24),
-            batch_sizes=(1, 2, 4),
-            output_tokens=4,
-            budget_s=1e-6,
-            progress=False,
-        )
+        frame = _small_profile(server, repeats=2, batch_sizes=(1, 2, 4), budget_s=1e-6)
     # no wave starts once the budget is spent, and each one it did not send is still a row per request
     assert len(frame) == 2 * (1 + 1 + 2 + 4 + 1 + 1 + 1)
     assert frame["outcome"].eq("not_run").all() and frame["ttft_ms"].isna().all()

@@ -14,7 +14,7 @@ import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._calibration import fit as _fit
-from toolkit._calibration.observations import observations
+from toolkit._calibration.observations import is_profile, observations
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
 
@@ -98,8 +98,7 @@ def calibrate(
         ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
         ``tensor_parallel``, ``kv_dtype``.
     """
-    profiled = isinstance(lanes_or_levels, pd.DataFrame) and "cell" in lanes_or_levels.columns
-    fit = (_fit.PROFILE_FIT if profiled else _fit.DEFAULT_FIT) if fit is None else tuple(fit)
+    fit = (_fit.PROFILE_FIT if is_profile(lanes_or_levels) else _fit.DEFAULT_FIT) if fit is None else tuple(fit)
     if not fit:
         raise ValueError(f"fit must name at least one of {', '.join(_fit.PARAMETERS)}")
     for name in fit:

@@ -36,13 +36,18 @@ import pandas as pd
 __all__: list[str] = []
 
 
+def is_profile(data: object) -> bool:
+    """Whether ``data`` is the frame of :func:`toolkit.profile` (it has a ``cell`` column)."""
+    return isinstance(data, pd.DataFrame) and "cell" in data.columns
+
+
 def observations(data: object) -> pd.DataFrame:
     """Turn sweep lanes, levels, a SweepResult or a profile into TTFT and TPOT observations (module docstring).
 
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
     ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``.
     """
-    if isinstance(data, pd.DataFrame) and "cell" in data.columns:
+    if is_profile(data):
         obs = _from_profile(data)
         if obs.empty:
             raise ValueError("the profile holds no finished request of a cell that is not noisy")

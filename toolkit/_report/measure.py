@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from toolkit._data import load_csv
+from toolkit._sweep.host_state import BUSY_LOAD_PER_CORE
 
 __all__ = ["notebook_levels"]
 
@@ -26,9 +27,6 @@ HELD_OUT_TRACE_NAME = "azure-conv-2023"
 
 
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
-# A host whose 1-minute load average exceeds this per core before a measurement is busy: something
-# else holds at least half of its cores.
-BUSY_LOAD_PER_CORE = 0.5
 
 
 RECORDED_SHOWN = (
@@ -91,7 +89,7 @@ def _measure_local(out: Path) -> _Run:
     host = measure_host()  # before the server starts, so nothing competes with the measurement
     label = "llama-server, Gemma-3-270M (this machine)"
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
-        pid = server._proc.pid if server._proc else None
+        pid = server.pid
         profiled = profile(server=server, progress=False)
         start = host_state.sample(pid)
         run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label)

@@ -13,6 +13,7 @@ from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.measure import _Run
 from toolkit._sweep.levels import NOISY_TOLERANCE
+from toolkit._sweep.profile_cells import cell_metric_ms
 
 __all__: list[str] = []
 
@@ -42,10 +43,7 @@ def _trust(run: _Run):
 
 def profile_cells(profile: pd.DataFrame) -> pd.DataFrame:
     """One row per profile cell: its waves, the median step (ITL) or TTFT, spread, noisy, busy waves."""
-    df = profile.assign(
-        step_ms=profile["itl_ms_p50"].fillna(profile["tpot_ms"]),
-        measured_ms=np.where(profile["cell"].eq("prefill"), profile["ttft_ms"], profile["itl_ms_p50"]),
-    )
+    df = profile.assign(measured_ms=cell_metric_ms(profile))
     per_wave = df.groupby(["cell", "batch", "prompt_tokens_target", "wave"], sort=False).agg(
         measured_ms=("measured_ms", "median"),
         busy=("busy", "first"),

@@ -148,7 +148,11 @@ async def _single_token_words(
         tokens = payload.get("tokens") if isinstance(payload, dict) and status == 200 else None
         return len(tokens) if isinstance(tokens, list) else None
 
-    counts = await asyncio.gather(*(count(" " + word) for word in WORDS))
+    # one probe first: a server without /tokenize is not asked two hundred times
+    first = await count(" " + WORDS[0])
+    if first is None:
+        return []
+    counts = [first, *await asyncio.gather(*(count(" " + word) for word in WORDS[1:]))]
     if any(c is None for c in counts):
         return []
     return [word for word, c in zip(WORDS, counts, strict=True) if c == 1]

@@ -22,7 +22,8 @@ __all__: list[str] = []
 # half a core, enough to move a one-thread server's step time by tens of percent (issue 16's
 # measurements: 45-63 ms per token idle against 380-2,100 ms beside one busy process).
 BUSY_OTHER_SHARE = 0.25
-# Load average per core above which a host counts as busy when /proc is not available.
+# 1-minute load average per core above which a host is busy (something else holds at least half of its
+# cores): used without /proc, and by the report's warning when a sweep starts.
 BUSY_LOAD_PER_CORE = 0.5
 
 

@@ -148,6 +148,11 @@ class LlamaServer:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs, else None."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def metrics_url(self) -> str:
         """The server's Prometheus page."""
         return self.base_url + "/metrics"

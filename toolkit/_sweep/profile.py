@@ -26,9 +26,10 @@ from toolkit._args import check_int, check_number
 from toolkit._sweep import host_state
 from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.bounded import MAX_EXCERPT_BYTES, BodyTooLarge, fetch
-from toolkit._sweep.plan import _api_key, _check_url
+from toolkit._sweep.plan import _api_key
 from toolkit._sweep.profile_cells import design, mark_noisy
-from toolkit._sweep.replay import _bodies, _send_all, session
+from toolkit._sweep.replay import _bodies, _send_all
+from toolkit._sweep.session import check_target, session
 
 __all__ = ["profile"]
 
@@ -142,19 +143,9 @@ def _distinct(name: str, values: Any, *, least: int, low: int, high: int) -> tup
 
 
 def _check(a: dict[str, Any]) -> dict[str, Any]:
-    if a["server"] is not None:
-        if a["base_url"] is not None:
-            raise ValueError("give base_url or server, not both")
-        a["base_url"] = a["server"].base_url
-    if a["base_url"] is not None:
-        _check_url("base_url", a["base_url"], also="None (start a local llama-server)")
-    if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
-        raise ValueError(f"model must be a non-empty string or None, got {a['model']!r}")
+    extra = check_target(a)
     if not isinstance(a["progress"], bool):
         raise ValueError(f"progress must be True or False, got {a['progress']!r}")
-    extra = a["extra_body"] or {}
-    if not isinstance(extra, Mapping):
-        raise ValueError(f"extra_body must be a mapping or None, got {type(extra).__name__}")
     return {
         "base_url": a["base_url"],
         "model": a["model"],
@@ -172,7 +163,7 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
         if a["seed"] is None
         else check_int("seed", a["seed"], low=0, high=2**40),
         "api_key": _api_key(a["api_key"], a["api_key_env"]),
-        "extra_body": dict(extra),
+        "extra_body": extra,
         "progress": a["progress"],
     }
 
@@ -180,7 +171,7 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
 async def _profile(*, base_url, model, server, cells, budget_s, timeout_s, seed, api_key, extra_body, progress):
     if progress:
         print(_cost_statement(cells, budget_s), file=sys.stderr)
-    pid = getattr(getattr(server, "_proc", None), "pid", None)
+    pid = getattr(server, "pid", None)
     async with session(base_url, model, api_key, timeout_s, seed) as ses:
         client, model = ses.client, ses.model
         version = await _server_version(client, ses.root, ses.auth, timeout_s)

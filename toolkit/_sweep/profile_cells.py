@@ -27,11 +27,17 @@ def design(
     return pd.DataFrame(rows, columns=["cell", "repeat", "batch", "prompt_tokens_target", "output_tokens_target"])
 
 
-def mark_noisy(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``noisy``: the cell's per-wave medians (median ITL, else TPOT, for decode and batch; TTFT for
-    prefill) disagree (:func:`toolkit._sweep.levels.disagree`). A cell with one wave is not noisy."""
+def cell_metric_ms(frame: pd.DataFrame) -> np.ndarray:
+    """What each profile request measures of its cell, in ms: TTFT for a prefill, else the decode
+    step (its median inter-token gap, or its TPOT where that is missing)."""
     step = frame["itl_ms_p50"].fillna(frame["tpot_ms"]) if "itl_ms_p50" in frame else frame["tpot_ms"]
-    metric = np.where(frame["cell"].eq("prefill"), frame["ttft_ms"], step).astype(float)
+    return np.where(frame["cell"].eq("prefill"), frame["ttft_ms"], step).astype(float)
+
+
+def mark_noisy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ``noisy``: the cell's per-wave medians of :func:`cell_metric_ms` disagree
+    (:func:`toolkit._sweep.levels.disagree`). A cell with one wave is not noisy."""
+    metric = cell_metric_ms(frame)
     keys = ["cell", "batch", "prompt_tokens_target"]
     per_wave = frame.assign(_m=metric).groupby([*keys, "wave"], dropna=False)["_m"].median()
     noisy = per_wave.groupby(level=[0, 1, 2], dropna=False).agg(disagree)

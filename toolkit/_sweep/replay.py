@@ -31,10 +31,10 @@ from toolkit._queueing.workload import _trace_columns
 from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.filler import Filler
 from toolkit._sweep.lanes import _exchange
-from toolkit._sweep.plan import _api_key, _check_url
+from toolkit._sweep.plan import _api_key
 from toolkit._sweep.records import _record, _Stream
 from toolkit._sweep.replay_result import ReplayResult, replay_summary
-from toolkit._sweep.session import session
+from toolkit._sweep.session import check_target, session
 
 __all__ = ["replay_trace"]
 
@@ -126,20 +126,10 @@ def _run(args: dict[str, Any]) -> ReplayResult:
 
 def _check(a: dict[str, Any]) -> dict[str, Any]:
     arrival, prompt, output = _trace_columns(a["trace"])
-    if a["server"] is not None:
-        if a["base_url"] is not None:
-            raise ValueError("give base_url or server, not both")
-        a["base_url"] = a["server"].base_url
-    if a["base_url"] is not None:
-        _check_url("base_url", a["base_url"], also="None (start a local llama-server)")
-    if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
-        raise ValueError(f"model must be a non-empty string or None, got {a['model']!r}")
+    extra = check_target(a)
     for name in ("exact_output", "progress"):
         if not isinstance(a[name], bool):
             raise ValueError(f"{name} must be True or False, got {a[name]!r}")
-    extra = a["extra_body"] or {}
-    if not isinstance(extra, Mapping):
-        raise ValueError(f"extra_body must be a mapping or None, got {type(extra).__name__}")
     deadline = a["deadline_s"]
     return {
         "trace": a["trace"],
@@ -154,7 +144,7 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
         "max_lateness_ms": check_number("max_lateness_ms", a["max_lateness_ms"], low=0, low_inclusive=False),
         "seed": check_int("seed", a["seed"], low=0, high=2**62),
         "api_key": _api_key(a["api_key"], a["api_key_env"]),
-        "extra_body": dict(extra),
+        "extra_body": extra,
         "progress": a["progress"],
     }
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from toolkit._sweep.files import split_credentials
 from toolkit._sweep.filler import Filler, build_filler
-from toolkit._sweep.plan import BearerAuth
+from toolkit._sweep.plan import BearerAuth, _check_url
 from toolkit._sweep.probe import _probe
 
 __all__: list[str] = []
@@ -51,3 +52,22 @@ async def session(
         chat_url = root + "/v1/chat/completions"
         filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
         yield _Session(client, auth, secrets, root, model, chat_url, filler)
+
+
+def check_target(a: dict[str, Any]) -> dict[str, Any]:
+    """The argument checks shared by the calls that talk to one chat server (``replay_trace``,
+    ``profile``): a running ``server`` stands for its ``base_url`` (written back into ``a``);
+    ``base_url`` (None starts a local llama-server), ``model`` and ``extra_body``. Returns
+    ``extra_body`` as a dict."""
+    if a["server"] is not None:
+        if a["base_url"] is not None:
+            raise ValueError("give base_url or server, not both")
+        a["base_url"] = a["server"].base_url
+    if a["base_url"] is not None:
+        _check_url("base_url", a["base_url"], also="None (start a local llama-server)")
+    if a["model"] is not None and (not isinstance(a["model"], str) or not a["model"]):
+        raise ValueError(f"model must be a non-empty string or None, got {a['model']!r}")
+    extra = a["extra_body"] or {}
+    if not isinstance(extra, Mapping):
+        raise ValueError(f"extra_body must be a mapping or None, got {type(extra).__name__}")
+    return dict(extra)

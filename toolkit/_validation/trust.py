@@ -24,6 +24,8 @@ import pandas as pd
 from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
+from toolkit._sweep.host_state import BUSY_OTHER_SHARE
+from toolkit._validation.closed_loop import _predict, _Recorded
 
 __all__: list[str] = []
 
@@ -75,8 +77,6 @@ def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -
     ``others`` maps a phase name (``sweep``, ``replay``) to the share of the host's CPU other
     processes used during it.
     """
-    from toolkit._sweep.host_state import BUSY_OTHER_SHARE
-
     reasons = []
     waves = profile.drop_duplicates("wave")
     if waves["busy"].any():
@@ -112,8 +112,6 @@ def trust_check(
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring)."""
     if refused:
         return TrustCheck(None, None, None, np.nan, np.nan, refused, refused)
-    from toolkit._validation.closed_loop import _predict, _Recorded
-
     fitted = calibrate(profile, model, gpu, quant)
     run = _Recorded(sweep_lanes, sweep_levels)
     tables = []
@@ -121,8 +119,8 @@ def trust_check(
         table = accuracy(_predict(run, gpu, calibration, max_batch, model=model, quant=quant), sweep_levels)
         tables.append(table.assign(calibration=label))
     sweep = pd.concat(tables, ignore_index=True)
-    mine = sweep[sweep["calibration"].eq(FITTED) & sweep["metric"].isin(["dec_tok_s", "tpot_ms"])]
-    sweep_err = float(mine["rel_err"].abs().median())
+    calibrated = sweep[sweep["calibration"].eq(FITTED)]
+    sweep_err = float(calibrated.loc[calibrated["metric"].isin(["dec_tok_s", "tpot_ms"]), "rel_err"].abs().median())
     replay, replay_err = None, np.nan
     if replay_requests is not None:
         cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
@@ -131,7 +129,7 @@ def trust_check(
         )
         latency = replay[replay["metric"].isin(REPLAY_METRICS)]
         replay_err = float(latency["rel_err"].abs().median())
-    sentence = _sentence(fitted, sweep, sweep_err, replay, replay_err)
+    sentence = _sentence(fitted, calibrated, sweep_err, replay, replay_err)
     return TrustCheck(fitted, sweep, replay, sweep_err, replay_err, "", sentence)
 
 
@@ -171,12 +169,11 @@ def replay_accuracy(
     return out
 
 
-def _sentence(fitted, sweep, sweep_err, replay, replay_err) -> str:
+def _sentence(fitted, calibrated, sweep_err, replay, replay_err) -> str:
     held = str(fitted["held"].iloc[0])
     errors = [sweep_err] + ([replay_err] if replay is not None else [])
     trusted = all(np.isfinite(e) and e <= TRUSTED_MEDIAN_ERROR for e in errors)
-    mine = sweep[sweep["calibration"].eq(FITTED)]
-    worst = mine.loc[mine["rel_err"].abs().idxmax()]
+    worst = calibrated.loc[calibrated["rel_err"].abs().idxmax()]
     where = f"its largest miss is {worst['metric']} at {int(worst['in_flight'])} in flight ({worst['rel_err']:+.0%})"
     parts = [f"held-out sweep levels {sweep_err:.0%} median |error| (output tokens/s and TPOT)"]
     if replay is not None:
