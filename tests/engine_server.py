@@ -6,7 +6,9 @@ and vLLM do: each step decodes one token for each of the ``n`` running sequences
 tokens in total, prompt plus tokens generated so far) and prefills every waiting prompt (``P``
 tokens in total), and takes ``a_ms + b_ms * n + c_ms * K + e_ms * P``. A prefilled request streams
 its first token at the end of its step, a running one its next token. A prompt alone therefore
-waits ``d = request_ms + a_ms`` plus ``e_ms`` per prompt token for its first token.
+waits ``d = request_ms + a_ms`` plus ``e_ms`` per prompt token for its first token. ``extra_ms``
+(none by default), a function of the number of sequences decoding, adds its value to each step: a
+server whose step time does not follow the cost model's shape.
 
 Step ends follow an absolute schedule (each end is the previous end plus the step's duration), so the
 event loop's wake-up delays do not accumulate into the measured TPOT. A prompt costs one token per
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +38,19 @@ class _Sequence:
 class EngineServer(StreamingServer):
     """Loopback engine with step time ``a + b n + c K + e P`` ms and ``request_ms`` before the queue."""
 
-    def __init__(self, *, a_ms: float, b_ms: float, c_ms: float, e_ms: float, request_ms: float) -> None:
+    def __init__(
+        self,
+        *,
+        a_ms: float,
+        b_ms: float,
+        c_ms: float,
+        e_ms: float,
+        request_ms: float,
+        extra_ms: Callable[[int], float] | None = None,
+    ) -> None:
         super().__init__(metrics=False)
         self.a_ms, self.b_ms, self.c_ms, self.e_ms = a_ms, b_ms, c_ms, e_ms
+        self.extra_ms = extra_ms
         self.request_ms = request_ms
         self._waiting: list[_Sequence] = []
         self._running: list[_Sequence] = []
@@ -56,6 +69,7 @@ class EngineServer(StreamingServer):
             new, self._waiting = self._waiting, []
             held = sum(s.prompt + s.generated for s in self._running)
             step_ms = self.a_ms + self.b_ms * len(self._running) + self.c_ms * held
+            step_ms += self.extra_ms(len(self._running)) if self.extra_ms else 0.0
             end += (step_ms + self.e_ms * sum(s.prompt for s in new)) / 1e3
             await asyncio.sleep(max(0.0, end - loop.time()))
             self._running += new

@@ -74,9 +74,10 @@ def _seen(server: dict, transport_ms: float = 0.0) -> dict:
 
 
 def _read_back(cm) -> dict:
-    """a..e of a fitted cost model, from its own step_ms and ttft_ms."""
-    b = cm.step_ms(2, 2 * 500) - cm.step_ms(1, 500) - (cm.step_ms(1, 1000) - cm.step_ms(1, 500))
+    """a..e of a fitted cost model, from its own step_ms and ttft_ms; ``b`` from steps of two and
+    three sequences, so that a ``batched_mbu_factor`` off 1 shows in ``a`` and the factor, not in ``b``."""
     c = (cm.step_ms(1, 2000) - cm.step_ms(1, 500)) / 1500
+    b = cm.step_ms(3, 3 * 500) - cm.step_ms(2, 2 * 500) - 500 * c
     e = (cm.ttft_ms(400) - cm.ttft_ms(200)) / 200
     return {
         "a_ms": cm.step_ms(1, 500) - b - 500 * c,
@@ -150,6 +151,8 @@ def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent(prof
         assert got[name] == pytest.approx(value, rel=0.05), (name, got, truth)
     for name in ("mbu", "mfu", "serial_share"):
         assert row[name] == pytest.approx(TRUE[name], rel=0.05), name
+    # the engine reads its weights as fast in a step of many tokens as in a step of one
+    assert row["batched_mbu_factor"] == pytest.approx(1.0, rel=0.05)
 
 
 def test_a_coefficient_the_server_does_not_exercise_is_reported_and_held(transport_ms):

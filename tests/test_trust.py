@@ -12,7 +12,7 @@ import toolkit as tk
 from toolkit._report.conclusion import _verdict
 from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section, profile_cells
-from toolkit._validation.trust import busy_reason, replay_accuracy, trust_check
+from toolkit._validation.trust import _shape, busy_reason, cell_fit, replay_accuracy, trust_check
 
 
 def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:
@@ -156,6 +156,33 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     assert check.sweep_median_error < 0.05, check.sweep_accuracy
     assert check.replay_median_error < 0.05, check.replay_accuracy
     assert check.sentence.startswith("The calibrated model can be trusted for this server")
+    # the model has this server's shape: it reproduces every cell it was fitted to
+    assert set(check.cell_fit["cell"]) == {"decode", "batch", "prefill"}
+    assert check.cell_fit["rel_err"].abs().max() < 0.05, check.cell_fit
+    assert "Even on the profile" not in check.sentence
+
+
+def test_a_server_the_model_cannot_express_is_named_by_its_own_profile_cells():
+    # the same engine, but a step that decodes exactly two sequences costs 60 ms more, so that two
+    # cost more per step than four (llama.cpp's CPU backend measured 51 ms at two, 62 at four): no
+    # setting of the cost model, whose step grows with the batch, is ~96 ms at two and ~38 at four,
+    # so some profile cell is missed by far more than the 15% tolerance, and the verdict says which
+    from engine_server import EngineServer
+    from test_profile import DEVICE, MODEL, QUANT, TRUE, _coefficients
+
+    server_ms = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    with EngineServer(**server_ms, extra_ms=lambda n: 60.0 if n == 2 else 0.0) as server:
+        frame = tk.profile(server.base_url, "test-model", repeats=2, context_tokens=(16, 64), prompt_tokens=(16, 48, 96),
+                           batch_sizes=(1, 2, 4), output_tokens=8, progress=False)  # fmt: skip
+    cells = cell_fit(frame, tk.calibrate(frame, MODEL, DEVICE, QUANT), model=MODEL, gpu=DEVICE, quant=QUANT)
+    measured = cells.set_index(["cell", "batch"])["measured_ms"]
+    # the server's own steps, by hand: two sequences take 60 ms more than four, less two b
+    assert measured[("batch", 2)] - measured[("batch", 4)] == pytest.approx(60 - 2 * server_ms["b_ms"], rel=0.15)
+    worst = cells.loc[cells["rel_err"].abs().idxmax()]
+    assert abs(worst["rel_err"]) > 0.15
+    text = _shape(cells)
+    assert f"misses the {worst['cell']} cell at batch {int(worst['batch'])}" in text
+    assert f"{worst['measured_ms']:.1f} ms measured" in text
 
 
 @pytest.mark.server
@@ -190,5 +217,5 @@ def test_profile_of_the_real_llama_server(llama_server):
     fit = tk.calibrate(frame, "Gemma-3-270M", tk.measure_host(), "q4_k_m")
     assert fit["n_ttft"].iloc[0] + fit["n_tpot"].iloc[0] > 0
     assert set(fit["fitted"].iloc[0].split(",") + fit["held"].iloc[0].split(",")) - {""} == {
-        "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share"
+        "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share", "batched_mbu_factor"
     }  # fmt: skip

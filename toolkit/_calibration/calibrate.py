@@ -79,7 +79,7 @@ def calibrate(
         The parameters to fit, a subset of the tunable efficiencies (``mbu``, ``mfu``,
         ``step_overhead_ms``, ``request_overhead_ms``, ``serial_share``, ...); the others keep their
         defaults from ``data/efficiency.csv``. None fits ``mbu``, ``mfu``, ``step_overhead_ms`` and
-        ``request_overhead_ms``, and for a profile ``serial_share`` too.
+        ``request_overhead_ms``, and for a profile ``serial_share`` and ``batched_mbu_factor`` too.
     bounds : dict, optional
         ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
         (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.

@@ -23,8 +23,8 @@ __all__: list[str] = []
 PARAMETERS = tuple(TUNABLE_EFFICIENCIES)
 DEFAULT_FIT = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
 # A profile (toolkit.profile) also varies the batch at a fixed context, which shows how the memory and
-# compute terms add up.
-PROFILE_FIT = (*DEFAULT_FIT, "serial_share")
+# compute terms add up, and steps one token against steps of several (batched_mbu_factor).
+PROFILE_FIT = (*DEFAULT_FIT, "serial_share", "batched_mbu_factor")
 # A fitted parameter whose standard error exceeds this share of its value is not identified by the
 # data; calibrate() holds it at its default rather than let it trade against the others.
 MAX_RELATIVE_SE = 0.25

@@ -45,7 +45,8 @@ def observations(data: object) -> pd.DataFrame:
     """Turn sweep lanes, levels, a SweepResult or a profile into TTFT and TPOT observations (module docstring).
 
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
-    ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``.
+    ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``; from a
+    profile also ``cell`` (``decode``, ``batch``, ``prefill``) and ``prompt_tokens_target``.
     """
     if is_profile(data):
         obs = _from_profile(data)
@@ -158,6 +159,7 @@ def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
         tpot=(df["itl_ms_p50"] if "itl_ms_p50" in df.columns else df["tpot_ms"]).astype(float).fillna(df["tpot_ms"]),
         wave_tokens=df["prompt_tokens"].astype(float) - cached,
         decoding=np.zeros(len(df)),
+        labels={"cell": df["cell"], "prompt_tokens_target": df.get("prompt_tokens_target", df["prompt_tokens"])},
     )
 
 
@@ -192,11 +194,12 @@ def _from_levels(levels: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _frame(in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, decoding) -> pd.DataFrame:
+def _frame(in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, decoding, labels=None) -> pd.DataFrame:
     prompt = np.maximum(np.asarray(prompt, float), 1.0)
     cached = np.clip(np.asarray(cached, float), 0.0, prompt)
     output = np.asarray(output, float)
     base = {
+        **{name: np.asarray(values) for name, values in (labels or {}).items()},
         "in_flight": np.asarray(in_flight, float),
         "batch": np.asarray(batch, float),
         "prompt_tokens": prompt,

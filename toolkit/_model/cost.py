@@ -41,6 +41,8 @@ class CostModel:
         Fixed costs per engine step, per request, per all-reduce.
     serial_share : float
         Share of the smaller of a step's memory and compute times added to the larger (0: roofline).
+    batched_mbu_factor : float
+        ``mbu`` multiplier of a step that processes two or more tokens (1: one MBU for every step).
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
     weights_bytes, shared_weights_bytes, expert_bytes : float
@@ -73,6 +75,7 @@ class CostModel:
     request_overhead_ms: float
     allreduce_latency_us: float
     serial_share: float
+    batched_mbu_factor: float
     bandwidth_gb_s: float
     tflops: float
     interconnect_gb_s: float

@@ -83,6 +83,7 @@ def cost_model(
     tp_mbu_factor: float | None = None,
     allreduce_latency_us: float | None = None,
     serial_share: float | None = None,
+    batched_mbu_factor: float | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
 
@@ -96,7 +97,8 @@ def cost_model(
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-        ``allreduce_latency_us``, ``serial_share`` replacing the defaults of ``data/efficiency.csv``.
+        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor`` replacing the defaults of
+        ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
     step_overhead_ms, request_overhead_ms : float, optional
@@ -118,6 +120,10 @@ def cost_model(
         Share of the smaller of a step's memory and compute times that is added to the larger, in
         [0, 1]: 0 is the roofline (GPUs overlap loads and math), 1 a CPU core that does one after
         the other.
+    batched_mbu_factor : float, optional
+        ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
+        weights at one efficiency whatever the step; below 1 for an engine whose single-token step
+        has its own faster kernel (llama.cpp's CPU backend).
 
     Returns
     -------
@@ -140,6 +146,7 @@ def cost_model(
             "tp_mbu_factor": tp_mbu_factor,
             "allreduce_latency_us": allreduce_latency_us,
             "serial_share": serial_share,
+            "batched_mbu_factor": batched_mbu_factor,
         },
     )
     util, act_tokens, reserved = _memory_settings(

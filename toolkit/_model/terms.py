@@ -122,6 +122,7 @@ def cost_constants(
         "request_overhead_ms": efficiencies["request_overhead_ms"],
         "allreduce_latency_us": efficiencies["allreduce_latency_us"],
         "serial_share": efficiencies["serial_share"],
+        "batched_mbu_factor": efficiencies["batched_mbu_factor"],
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, gpu["fp16_tflops"]),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
@@ -170,7 +171,9 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
         touched = experts * (1 - (1 - share) ** tokens)
         weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
     read = weights + constants["kv_layer_bytes"] * (decode_kv + context_kv + model["layers"] * tokens)
-    memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * constants["mbu"]) * 1e3
+    # a step of two or more tokens reads at batched_mbu_factor x mbu (exactly mbu when the factor is 1)
+    mbu = constants["mbu"] * (1 + (constants["batched_mbu_factor"] - 1) * (tokens >= 2))
+    memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
 
     flops = (
         constants["body_flops_per_token"] * tokens

@@ -14,6 +14,7 @@ from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.measure import _Run
 from toolkit._sweep.levels import NOISY_TOLERANCE
 from toolkit._sweep.profile_cells import cell_metric_ms
+from toolkit._validation.trust import TRUSTED_MEDIAN_ERROR
 
 __all__: list[str] = []
 
@@ -111,6 +112,14 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
         f" parameters {row['max_abs_correlation']:.2f}.</p>"
         + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)
+    )
+    check.cell_fit.to_csv(out / "profile_fit.csv", index=False)
+    misses = int((check.cell_fit["rel_err"].abs() > TRUSTED_MEDIAN_ERROR).sum())
+    body += (
+        f"<p>The fitted model against the cells it was fitted to: {misses} of {len(check.cell_fit)} cells"
+        f" missed by more than {TRUSTED_MEDIAN_ERROR:.0%}. A cell missed here is one where the server does"
+        " not follow the model's shape, which no choice of parameters repairs.</p>"
+        + _table_html(check.cell_fit, "The fit on its own cells", "profile_fit.csv")
     )
     check.sweep_accuracy.to_csv(out / "accuracy.csv", index=False)
     body += (

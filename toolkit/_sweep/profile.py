@@ -60,8 +60,10 @@ def profile(
       ``context_tokens``: the step time at batch 1 against context separates the bandwidth term
       (``mbu``) from the fixed step overhead (``step_overhead_ms``).
     - ``batch``: ``b`` streams together for each ``b`` of ``batch_sizes`` above 1, prompts of
-      ``context_tokens[0]``: the step time against batch gives the per-sequence (compute) term and
-      how it adds to the memory term (``mfu``, ``serial_share``).
+      ``context_tokens[0]``: the step time against batch gives the per-sequence (compute) term,
+      how it adds to the memory term (``mfu``, ``serial_share``), and against the single stream
+      whether a step of several tokens reads the weights as fast as one of one
+      (``batched_mbu_factor``).
     - ``prefill``: one prompt of each of ``prompt_tokens``, one output token: TTFT against prompt
       length gives the prefill rate (``mfu``) and the fixed per-request cost
       (``request_overhead_ms``).

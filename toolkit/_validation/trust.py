@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit._calibration.calibrate import accuracy, calibrate
+from toolkit._calibration.fit import predict_ms
+from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
 from toolkit._sweep.host_state import BUSY_OTHER_SHARE
@@ -49,6 +51,8 @@ class TrustCheck:
     sweep_accuracy : pandas.DataFrame or None
         :func:`toolkit.accuracy` of every sweep level (all held out), with ``calibration``: ``none``
         (the default efficiencies) or ``fitted on the profile``.
+    cell_fit : pandas.DataFrame or None
+        How the calibrated model reproduces the profile it was fitted to (:func:`cell_fit`).
     replay_accuracy : pandas.DataFrame or None
         One row per metric and percentile: ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``,
         ``output_tok_s``), ``percentile`` (50, 90; NaN for the throughput), ``predicted``,
@@ -63,6 +67,7 @@ class TrustCheck:
     """
 
     calibration: pd.DataFrame | None
+    cell_fit: pd.DataFrame | None
     sweep_accuracy: pd.DataFrame | None
     replay_accuracy: pd.DataFrame | None
     sweep_median_error: float
@@ -111,8 +116,9 @@ def trust_check(
 ) -> TrustCheck:
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring)."""
     if refused:
-        return TrustCheck(None, None, None, np.nan, np.nan, refused, refused)
+        return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused)
     fitted = calibrate(profile, model, gpu, quant)
+    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant)
     run = _Recorded(sweep_lanes, sweep_levels)
     tables = []
     for label, calibration in (("none", None), (FITTED, fitted)):
@@ -129,8 +135,32 @@ def trust_check(
         )
         latency = replay[replay["metric"].isin(REPLAY_METRICS)]
         replay_err = float(latency["rel_err"].abs().median())
-    sentence = _sentence(fitted, calibrated, sweep_err, replay, replay_err)
-    return TrustCheck(fitted, sweep, replay, sweep_err, replay_err, "", sentence)
+    sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err)
+    return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence)
+
+
+def cell_fit(profile: pd.DataFrame, calibration: object, *, model: object, gpu: object, quant: object) -> pd.DataFrame:
+    """How a calibration reproduces the profile cells it was fitted to, one row per cell.
+
+    A fit can only be as good as the model's shape: a cell that the calibrated model misses by more
+    than the held-out tolerance shows where this server does not behave as the model says, whatever
+    the parameters.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``cell``, ``batch``, ``prompt_tokens`` (the cell's target), ``measures`` (``ttft`` or
+        ``tpot``: the decode step), ``measured_ms`` and ``fitted_ms`` (medians over the cell's
+        requests, ms) and ``rel_err`` (fitted against measured); noisy cells and failed requests are
+        left out, as in the fit.
+    """
+    obs = observations(profile)
+    obs = obs.assign(fitted_ms=predict_ms(cost_model(model, gpu, quant, calibration=calibration), obs))
+    keys = ["cell", "batch", "prompt_tokens_target", "kind"]
+    cells = obs.groupby(keys, sort=False)[["measured_ms", "fitted_ms"]].median().reset_index()
+    cells = cells.rename(columns={"prompt_tokens_target": "prompt_tokens", "kind": "measures"})
+    cells["rel_err"] = cells["fitted_ms"] / cells["measured_ms"] - 1.0
+    return cells
 
 
 def replay_accuracy(
@@ -169,7 +199,7 @@ def replay_accuracy(
     return out
 
 
-def _sentence(fitted, calibrated, sweep_err, replay, replay_err) -> str:
+def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err) -> str:
     held = str(fitted["held"].iloc[0])
     errors = [sweep_err] + ([replay_err] if replay is not None else [])
     trusted = all(np.isfinite(e) and e <= TRUSTED_MEDIAN_ERROR for e in errors)
@@ -190,4 +220,19 @@ def _sentence(fitted, calibrated, sweep_err, replay, replay_err) -> str:
         else f"The calibrated model cannot be trusted for this server to {TRUSTED_MEDIAN_ERROR:.0%}"
     )
     held_text = f"; held at their defaults: {held}" if held else "; every fitted parameter identified"
-    return f"{verdict}: {', '.join(parts)}; {where}{held_text}."
+    return f"{verdict}: {', '.join(parts)}; {where}{held_text}.{_shape(cells)}"
+
+
+def _shape(cells: pd.DataFrame) -> str:
+    """A sentence naming the profile cell the calibrated model misses most, when it misses it by more
+    than the held-out tolerance; else empty."""
+    if cells.empty or not (cells["rel_err"].abs() > TRUSTED_MEDIAN_ERROR).any():
+        return ""
+    worst = cells.loc[cells["rel_err"].abs().idxmax()]
+    what = "time to first token" if worst["measures"] == "ttft" else "decode step"
+    return (
+        f" Even on the profile it was fitted to, the model misses the {worst['cell']} cell at batch"
+        f" {int(worst['batch'])}, {int(worst['prompt_tokens'])} prompt tokens ({what}: {worst['measured_ms']:.1f} ms"
+        f" measured, {worst['fitted_ms']:.1f} ms fitted, {worst['rel_err']:+.0%}): there this server does not"
+        " follow the model's shape, whatever its parameters."
+    )
