@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +72,10 @@ class EngineServer(StreamingServer):
             step_ms = self.a_ms + self.b_ms * len(self._running) + self.c_ms * held
             step_ms += self.extra_ms(len(self._running)) if self.extra_ms else 0.0
             end += (step_ms + self.e_ms * sum(s.prompt for s in new)) / 1e3
-            await asyncio.sleep(max(0.0, end - loop.time()))
+            # the loop's timers wake to the millisecond (epoll), which would alternate long and short
+            # steps; the last 2 ms are slept in the thread, to the microsecond
+            await asyncio.sleep(max(0.0, end - loop.time() - 0.002))
+            time.sleep(max(0.0, end - loop.time()))
             self._running += new
             for seq in self._running:
                 seq.generated += 1
