@@ -542,3 +542,18 @@ def test_a_report_measured_on_a_busy_host_says_so_first(tmp_path, monkeypatch):
     conclusion = (tmp_path / "conclusion.txt").read_text()
     assert conclusion.startswith("Measured on a busy host")
     assert "busy host" in index.read_text()
+
+
+def test_a_host_busy_in_both_ways_gets_one_busy_paragraph():
+    from toolkit._report.build import busy_opening
+
+    load = "Measured on a busy host: the load average was 3.10 on 2 cores when the sweep began."
+    refused = "Measured on a busy host: others took 51% of the CPU. The fitted model is not presented. "
+    assert busy_opening(load, "") == load and busy_opening("", refused) == refused
+    assert busy_opening("", "") == ""
+    both = busy_opening(load, refused)
+    assert both.count("Measured on a busy host") == 1
+    assert both == (
+        "Measured on a busy host: others took 51% of the CPU. The fitted model is not presented."
+        " Also, the load average was 3.10 on 2 cores when the sweep began."
+    )

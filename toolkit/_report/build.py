@@ -20,6 +20,7 @@ from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measu
 from toolkit._report.page import _page, _slug
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 from toolkit._report.trust_section import _trust
+from toolkit._sweep.host_state import BUSY_OPENING
 
 __all__ = ["build_report"]
 
@@ -126,14 +127,27 @@ def build_report(
     bar.update()
     bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)
-    if trust is not None:
-        # a busy host's refusal opens the conclusion; otherwise the verdict on the model closes it
-        summary = trust.refused + "\n" + summary if trust.refused else summary + "\n" + trust.sentence
-    if "warning" in run.conditions:
-        summary = run.conditions["warning"] + "\n" + summary
+    refused = trust.refused if trust is not None else ""
+    if trust is not None and not refused:
+        summary = summary + "\n" + trust.sentence
+    busy = busy_opening(run.conditions.get("warning", ""), refused)
+    summary = busy + "\n" + summary if busy else summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")
     index = out / "index.html"
     index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")
     bar.update()
     bar.close()
     return index
+
+
+def busy_opening(load_warning: str, refused: str) -> str:
+    """The one paragraph that opens the conclusion of a report measured on a busy host, or ''.
+
+    ``load_warning`` is the sweep's (a high load average when it began), ``refused`` the trust
+    check's (other processes busy during the profile: no fit presented). Both start with "Measured
+    on a busy host: "; when both fired, the load average follows the refusal instead of repeating
+    that opening."""
+    if not (load_warning and refused):
+        return load_warning or refused
+    load = load_warning.removeprefix(BUSY_OPENING)
+    return f"{refused.rstrip()} Also, {load}"

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from toolkit._data import load_csv
-from toolkit._sweep.host_state import BUSY_LOAD_PER_CORE
+from toolkit._sweep.host_state import BUSY_LOAD_PER_CORE, BUSY_OPENING
 
 __all__ = ["notebook_levels"]
 
@@ -146,7 +146,7 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
     }
     if load > BUSY_LOAD_PER_CORE * cores:
         conditions["warning"] = (
-            f"Measured on a busy host: the load average was {load:.2f} on {cores} cores when the sweep began, so "
+            BUSY_OPENING + f"the load average was {load:.2f} on {cores} cores when the sweep began, so "
             "other work competed with the server and the client; treat every figure here as indicative only."
         )
     return _Run(result.levels, result.lanes, label, conditions)

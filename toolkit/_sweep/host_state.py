@@ -25,6 +25,8 @@ BUSY_OTHER_SHARE = 0.25
 # 1-minute load average per core above which a host is busy (something else holds at least half of its
 # cores): used without /proc, and by the report's warning when a sweep starts.
 BUSY_LOAD_PER_CORE = 0.5
+# how every busy-host message begins (the sweep's load, the profile's refusal)
+BUSY_OPENING = "Measured on a busy host: "
 
 
 @dataclass(frozen=True)

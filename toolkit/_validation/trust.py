@@ -26,7 +26,7 @@ from toolkit._calibration.fit import predict_ms
 from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
-from toolkit._sweep.host_state import BUSY_OTHER_SHARE
+from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
 from toolkit._validation.closed_loop import _predict, _Recorded
 
 __all__: list[str] = []
@@ -96,7 +96,7 @@ def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -
     if not reasons:
         return ""
     return (
-        "Measured on a busy host: " + "; ".join(reasons) + f" (more than {BUSY_OTHER_SHARE:.0%} counts as busy). "
+        BUSY_OPENING + "; ".join(reasons) + f" (more than {BUSY_OTHER_SHARE:.0%} counts as busy). "
         "The fitted model is not presented, because it would describe the competition, not the server."
     )
 
