@@ -9,10 +9,16 @@ conditions so that the host's drift spreads over all of them:
 - a prefill alone (TTFT of one request, one output token) at about 50, 200 and 500 prompt tokens,
   each right after a round's decode waves, as a replayed request meets the server.
 
+Then, on the same server, the report's trust loop in part: the standard profile, the calibration,
+and the report's held-out trace slice replayed four times (arrivals stretched x3, as the report
+does, and x6, alternating), each against the same calibrated model, to show how far the replay's
+own verdict moves between identical runs.
+
 Writes reports/bench/server_shape.json: per batch size and prompt length the median, lowest and
 highest over rounds (ms); the step's departure from the least-squares line through batches 2-8 (a
 cost model linear in the batch, with its own step of one sequence, can follow no more than that
-line); the prefill's ms per prompt token; and the host's load. Results from a busy host are marked.
+line); the prefill's ms per prompt token; each replay's median |error| (p50 and p90 of TTFT, TPOT,
+E2E) and signed errors; and the host's load. Results from a busy host are marked.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ ROUNDS = 3
 BATCHES = range(1, 9)
 PREFILL_WORDS = (8, 40, 100)  # about 5 tokens per numbered word, with the chat template: ~50, ~200, ~500
 DECODE_WORDS, DECODE_TOKENS = 20, 40
+REPLAY_TIME_SCALES = (3, 6, 3, 6)
 _VOCAB = ("apple", "river", "stone", "cloud", "green", "table", "music", "paper", "light", "house")
 
 
@@ -94,12 +101,40 @@ def _summary(values: list[float]) -> dict:
     }
 
 
+def _replays(server, host) -> list[dict]:
+    import toolkit as tk
+    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME
+    from toolkit._report.trust_section import MODEL, QUANT
+    from toolkit._validation.trust import replay_accuracy
+
+    calibration = tk.calibrate(tk.profile(server=server, progress=False), MODEL, host, QUANT)
+    cm = tk.cost_model(MODEL, host, QUANT, calibration=calibration)
+    out = []
+    for time_scale in REPLAY_TIME_SCALES:
+        trace = tk.load_trace(HELD_OUT_TRACE_NAME, **{**HELD_OUT_TRACE, "time_scale": time_scale})
+        requests = tk.replay_trace(trace, server=server, progress=False).requests
+        acc = replay_accuracy(requests, cm, max_batch=max(BATCHES))
+        acc = acc[acc["metric"].ne("output_tok_s")]
+        out.append(
+            {
+                "time_scale": time_scale,
+                "requests": len(trace),
+                "median_abs_error": round(float(acc["rel_err"].abs().median()), 3),
+                "rel_err": {f"{r.metric} p{r.percentile:.0f}": round(float(r.rel_err), 3) for r in acc.itertuples()},
+            }
+        )
+    return out
+
+
 def main() -> None:
+    from toolkit._model.host import measure_host
     from toolkit._sweep.llama_server import LlamaServer, server_version
 
     load_before = os.getloadavg()[0]
+    host = measure_host()  # before the server starts, as the report does
     with LlamaServer(parallel=max(BATCHES)) as server:
         steps, prefills = asyncio.run(_measure(server.base_url))
+        replays = _replays(server, host)
         threads = server.threads
     load_after = os.getloadavg()[0]
     medians = {k: float(np.median(v)) for k, v in steps.items()}
@@ -135,6 +170,7 @@ def main() -> None:
         ),
         "decode_step_widest_round_spread": round(max(v["high_ms"] / v["low_ms"] - 1 for v in decode.values()), 3),
         "prefill_alone": prefill,
+        "replays": replays,
         "host_load_1m_before": load_before,
         "host_load_1m_after": load_after,
         "host_busy": busy,
