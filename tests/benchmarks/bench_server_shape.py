@@ -1,13 +1,12 @@
 """Benchmark: how the local llama-server's step time follows the batch, and how it drifts (issue 16).
 
 The trust loop's held-out replay misses by more than the sweep does. This benchmark measures the two
-things a cost model needs from the server, with nothing else running, in rounds that interleave the
-conditions so that the host's drift spreads over all of them:
+things a cost model needs from the server with :func:`toolkit.profile` (its own client, repeats
+interleaved so that the host's drift spreads over every cell), in a wider design than the report's:
 
-- the decode step (median gap between tokens after every prompt of the wave is in) at 1 to 8
-  sequences together, prompts of about 100 tokens, 40 output tokens each;
-- a prefill alone (TTFT of one request, one output token) at about 50, 200 and 500 prompt tokens,
-  each right after a round's decode waves, as a replayed request meets the server.
+- the decode step (each request's median gap between tokens) at 1 to 8 sequences together, prompts
+  of 100 tokens, 40 output tokens each;
+- a prefill alone (TTFT of one request, one output token) at 50, 200 and 500 prompt tokens.
 
 Then, on the same server, the report's trust loop in part: the standard profile, the calibration,
 and the report's held-out trace slice replayed four times (arrivals stretched x3, as the report
@@ -15,90 +14,72 @@ does, and x6, alternating), each against the same calibrated model, to show how 
 own verdict moves between identical runs.
 
 Writes reports/bench/server_shape.json: per batch size and prompt length the median, lowest and
-highest over rounds (ms); the step's departure from the least-squares line through batches 2-8 (a
-cost model linear in the batch, with its own step of one sequence, can follow no more than that
-line); the prefill's ms per prompt token; each replay's median |error| (p50 and p90 of TTFT, TPOT,
-E2E) and signed errors; and the host's load. Results from a busy host are marked.
+highest over the repeats' wave medians (ms, as the report's profile table computes them); the step's
+departure from the least-squares line through batches 2-8 (a cost model linear in the batch, with
+its own step of one sequence, can follow no more than that line); the prefill's ms per prompt token;
+each replay's median |error| (p50 and p90 of TTFT, TPOT, E2E) and signed errors; and the host's
+load. Results from a busy host are marked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import os
-import random
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "reports" / "bench"
-ROUNDS = 3
-BATCHES = range(1, 9)
-PREFILL_WORDS = (8, 40, 100)  # about 5 tokens per numbered word, with the chat template: ~50, ~200, ~500
-DECODE_WORDS, DECODE_TOKENS = 20, 40
+REPEATS = 3
+BATCHES = tuple(range(1, 9))
+CONTEXT_TOKENS = (100, 1000)  # the batch cells decode after the first
+PREFILL_TOKENS = (50, 200, 500)
+DECODE_TOKENS = 40
 REPLAY_TIME_SCALES = (3, 6, 3, 6)
-_VOCAB = ("apple", "river", "stone", "cloud", "green", "table", "music", "paper", "light", "house")
 
 
-def _prompt(rng: random.Random, words: int) -> str:
-    # a number on every word keeps each prompt distinct, so no prefix is reused from the cache
-    return " ".join(f"{rng.choice(_VOCAB)}{rng.randint(0, 9999)}" for _ in range(words))
+def _summary(cell) -> dict:
+    return {"median_ms": round(cell.median_ms, 1), "low_ms": round(cell.low_ms, 1), "high_ms": round(cell.high_ms, 1)}
 
 
-async def _stream(client: httpx.AsyncClient, url: str, text: str, max_tokens: int) -> dict:
-    body = {
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": True,
+def _shape(server) -> tuple[dict, dict]:
+    """Decode step per batch size and prefill per prompt length, from a profile of this design."""
+    import toolkit as tk
+    from toolkit._report.trust_section import profile_cells
+
+    frame = tk.profile(
+        server=server,
+        repeats=REPEATS,
+        context_tokens=CONTEXT_TOKENS,
+        prompt_tokens=PREFILL_TOKENS,
+        batch_sizes=BATCHES,
+        output_tokens=DECODE_TOKENS,
+        progress=False,
+    )
+    cells = profile_cells(frame)
+    steps = cells[cells["cell"].ne("prefill") & cells["prompt_tokens"].eq(CONTEXT_TOKENS[0])].set_index("batch")
+    batched = [k for k in BATCHES if k >= 2]
+    slope, intercept = np.polyfit(batched, steps.loc[batched, "median_ms"], 1)
+    decode = {}
+    for k in BATCHES:
+        row = steps.loc[k]
+        line = float(intercept + slope * k) if k >= 2 else None
+        decode[str(k)] = {
+            **_summary(row),
+            "line_ms": None if line is None else round(line, 1),
+            "off_line": None if line is None else round(row.median_ms / line - 1, 3),
+        }
+    prefill = {
+        str(int(row.prompt_tokens)): {**_summary(row), "ms_per_token": round(row.median_ms / row.prompt_tokens, 2)}
+        for row in cells[cells["cell"].eq("prefill")].itertuples()
     }
-    sent, times, usage = time.perf_counter(), [], {}
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            usage = event.get("usage") or usage
-            choices = event.get("choices") or []
-            if choices and choices[0].get("delta", {}).get("content"):
-                times.append(time.perf_counter())
-    return {"sent": sent, "times": np.array(times), "prompt_tokens": usage.get("prompt_tokens")}
-
-
-async def _measure(url: str) -> tuple[dict, dict]:
-    rng = random.Random(0)
-    steps: dict[int, list[float]] = {k: [] for k in BATCHES}
-    prefills: dict[int, list[tuple[int, float]]] = {w: [] for w in PREFILL_WORDS}
-    limits = httpx.Limits(max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        for _ in range(ROUNDS):
-            for k in BATCHES:
-                wave = [_stream(client, url, _prompt(rng, DECODE_WORDS), DECODE_TOKENS) for _ in range(k)]
-                done = await asyncio.gather(*wave)
-                # gaps after the last first token: every sequence of the wave is decoding
-                start = max(float(d["times"][0]) for d in done)
-                gaps = [np.diff(d["times"])[d["times"][1:] > start + 1e-3] for d in done]
-                steps[k].append(float(np.median(np.concatenate(gaps))) * 1e3)
-            for words in PREFILL_WORDS:
-                one = await _stream(client, url, _prompt(rng, words), 1)
-                prefills[words].append((int(one["prompt_tokens"]), (float(one["times"][0]) - one["sent"]) * 1e3))
-    return steps, prefills
-
-
-def _summary(values: list[float]) -> dict:
-    return {
-        "median_ms": round(float(np.median(values)), 1),
-        "low_ms": round(min(values), 1),
-        "high_ms": round(max(values), 1),
-    }
+    line = {"batches": "2-8", "intercept_ms": round(float(intercept), 1), "per_sequence_ms": round(float(slope), 1)}
+    return {"decode_step": decode, "decode_line": line}, prefill
 
 
 def _replays(server, host) -> list[dict]:
@@ -133,42 +114,20 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     host = measure_host()  # before the server starts, as the report does
     with LlamaServer(parallel=max(BATCHES)) as server:
-        steps, prefills = asyncio.run(_measure(server.base_url))
+        decode, prefill = _shape(server)
         replays = _replays(server, host)
         threads = server.threads
     load_after = os.getloadavg()[0]
-    medians = {k: float(np.median(v)) for k, v in steps.items()}
-    batched = [k for k in BATCHES if k >= 2]
-    slope, intercept = np.polyfit(batched, [medians[k] for k in batched], 1)
-    decode = {
-        str(k): {
-            **_summary(steps[k]),
-            "line_ms": round(float(intercept + slope * k), 1) if k >= 2 else None,
-            "off_line": round(medians[k] / float(intercept + slope * k) - 1, 3) if k >= 2 else None,
-        }
-        for k in BATCHES
-    }
-    prefill = {}
-    for rows in prefills.values():
-        tokens = int(np.median([t for t, _ in rows]))
-        ms = [m for _, m in rows]
-        prefill[str(tokens)] = {**_summary(ms), "ms_per_token": round(float(np.median(ms)) / tokens, 2)}
+    steps = decode["decode_step"].values()
     cores = os.cpu_count() or 1
     busy = load_before > cores / 2  # before the server starts: other work, not the server and client
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "server": f"llama-server {server_version()}, --parallel {max(BATCHES)}, --threads {threads}",
-        "rounds": ROUNDS,
-        "decode_step": decode,
-        "decode_line": {
-            "batches": "2-8",
-            "intercept_ms": round(float(intercept), 1),
-            "per_sequence_ms": round(float(slope), 1),
-        },
-        "decode_step_max_off_line": round(
-            max(abs(v["off_line"]) for v in decode.values() if v["off_line"] is not None), 3
-        ),
-        "decode_step_widest_round_spread": round(max(v["high_ms"] / v["low_ms"] - 1 for v in decode.values()), 3),
+        "repeats": REPEATS,
+        **decode,
+        "decode_step_max_off_line": round(max(abs(v["off_line"]) for v in steps if v["off_line"] is not None), 3),
+        "decode_step_widest_repeat_spread": round(max(v["high_ms"] / v["low_ms"] - 1 for v in steps), 3),
         "prefill_alone": prefill,
         "replays": replays,
         "host_load_1m_before": load_before,
