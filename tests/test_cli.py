@@ -73,6 +73,19 @@ def test_help_and_usage_errors_import_neither_pandas_nor_scipy():
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_planning_question_does_not_import_scipy():
+    # scipy.special costs 0.1-0.2 s of import on this machine; the planner's gamma functions are its own
+    code = (
+        "import sys\nfrom toolkit.__main__ import main\n"
+        "main(['plan', '--rate', '3', '--prompt-tokens', '512', '--output-tokens', '128', '--slo-e2e-ms', '5000',"
+        " '--model', 'Llama-3.1-8B', '--workload', 'bursty'])\n"
+        "print(sorted(m for m in ('pandas', 'scipy') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "['pandas']"
+
+
 def test_every_option_has_help_text():
     import argparse
 

@@ -286,9 +286,10 @@ class _StepByStepClock:
     def run(self, n, kv, k):
         return float(np.sum(self.f(n, kv + n * np.arange(k)))) / 1e3
 
-    def steps_to_reach(self, n, kv, k, seconds):
+    def reach(self, n, kv, k, seconds):
         cum = np.cumsum(self.f(n, kv + n * np.arange(k))) / 1e3
-        return min(int(np.searchsorted(cum, seconds)) + 1, k)
+        m = min(int(np.searchsorted(cum, seconds)) + 1, k)
+        return m, self.run(n, kv, m)
 
 
 class _SmallKV:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import gammaln
 
+from toolkit._planning.gamma import log_factorial
 from toolkit._planning.grid import _Grid
 from toolkit._planning.inputs import _CHECKS, _CONSTRAINTS, _poisson_quantile, length_quantile
 from toolkit._queueing.closed_forms import _waits
@@ -126,7 +126,7 @@ class _Evaluator:
         grows with ``c`` (most slots of a large batch are never all busy)."""
         load = lam * service_s
         with np.errstate(divide="ignore"):
-            bound = np.log(servers) + servers * np.log(load) - gammaln(servers + 1) - np.log(servers - load)
+            bound = np.log(servers) + servers * np.log(load) - log_factorial(servers) - np.log(servers - load)
         waits = np.zeros(lam.size)
         need = ~(bound < math.log(1.0 - self.percentile) - 1.0)
         if need.any():

@@ -106,7 +106,7 @@ def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
 
 
 # configurations per block of the step table: a block's temporaries stay in the CPU cache
-_BLOCK_ROWS = 32
+_BLOCK_ROWS = 128
 
 
 def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray, top: np.ndarray) -> np.ndarray:

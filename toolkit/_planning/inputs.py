@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import gammainccinv, gammaincinv
 
 from toolkit._args import check_int
 from toolkit._data import load_csv
 from toolkit._model.resolve import resolve_model, resolve_quant
+from toolkit._planning.gamma import gamma_quantile
 
 __all__: list[str] = []
 
@@ -72,15 +72,16 @@ def length_quantile(cs2: float, percentile: float) -> float:
     """The ``percentile`` of a request's length relative to its mean: a gamma distribution with mean 1
     and squared coefficient of variation ``cs2`` (1 for ``cs2 = 0``; ``-ln(1 - p)`` for ``cs2 = 1``,
     the exponential lengths of geometric outputs)."""
-    # scipy.stats.gamma.ppf(percentile, 1 / cs2, scale=cs2), without importing scipy.stats
-    return 1.0 if cs2 == 0 else float(gammaincinv(1.0 / cs2, percentile) * cs2)
+    # scipy.stats.gamma.ppf(percentile, 1 / cs2, scale=cs2)
+    return 1.0 if cs2 == 0 else float(gamma_quantile(percentile, 1.0 / cs2) * cs2)
 
 
 @lru_cache(maxsize=64)
 def _poisson_thresholds(percentile: float, top: int) -> np.ndarray:
     """Means at which the Poisson ``percentile`` steps up: it is >= k exactly when
-    P(X <= k - 1) = Q(k, mean) < percentile, i.e. when mean > gammainccinv(k, percentile)."""
-    return gammainccinv(np.arange(1, top + 1), percentile)
+    P(X <= k - 1) = Q(k, mean) < percentile, i.e. when mean exceeds the (1 - percentile) quantile
+    of a gamma distribution of shape k."""
+    return gamma_quantile(1.0 - percentile, np.arange(1, top + 1, dtype=float))
 
 
 def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:

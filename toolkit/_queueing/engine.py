@@ -34,6 +34,13 @@ class _Clock:
 
     def __init__(self, cost: Any, kv_high: int):
         self._step_ms = partial(step_time, vars(cost)) if isinstance(cost, CostModel) else cost.step_ms
+        # one step: the engine's counts are Python ints, which the step formula takes as it takes
+        # floats (every product stays far below 2**53, so the values are the same)
+        self._one_step = (
+            self._step_ms
+            if isinstance(cost, CostModel)
+            else lambda n, kv, p, c: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
+        )
         self._high = kv_high
         self._fits: dict[int, _Linear] = {}
 
@@ -43,15 +50,16 @@ class _Clock:
         return fit
 
     def step(self, n: int, kv: int, p: int, c: int) -> float:
-        return float(self._step_ms(float(n), float(kv), float(p), float(c))) / 1e3
+        return self._one_step(n, kv, p, c) / 1e3
 
     def run(self, n: int, kv: int, k: int) -> float:
         fit = self._fits.get(n) or self._fit(n)
         return fit.series(kv, n, k)
 
-    def steps_to_reach(self, n: int, kv: int, k: int, seconds: float) -> int:
+    def reach(self, n: int, kv: int, k: int, seconds: float) -> tuple[int, float]:
+        """(the fewest of the ``k`` decode steps that last ``seconds`` or more, their seconds)."""
         fit = self._fits.get(n) or self._fit(n)
-        return fit.steps_to_reach(kv, n, k, seconds)
+        return fit.reach(kv, n, k, seconds)
 
 
 class _Replica:
@@ -164,16 +172,6 @@ class _Engine:
         self.window_request = 0
 
     # ---- arrivals and routing -------------------------------------------------------------------
-    def _least_loaded(self) -> _Replica:
-        """The first replica with the fewest requests waiting plus running."""
-        reps = self.reps
-        best, fewest = reps[0], math.inf
-        for r in reps:
-            load = len(r.queue) + len(r.running)
-            if load < fewest:
-                best, fewest = r, load
-        return best
-
     def _fits(self, r: _Replica, rid: int) -> bool:
         v = self._views
         need = v["prompt"][rid] + v["gen"][rid] + self.slack
@@ -186,11 +184,11 @@ class _Engine:
 
     def _truncate(self, r: _Replica, t: float) -> None:
         """End the decode run of ``r`` at the first step boundary at or after ``t``."""
-        k = self.clock.steps_to_reach(r.n_dec, r.kv_dec, r.run_steps, t - r.t_start)
+        k, seconds = self.clock.reach(r.n_dec, r.kv_dec, r.run_steps, t - r.t_start)
         if k < r.run_steps:
             r.run_steps = k
             r.version += 1
-            end = max(r.t_start + self.clock.run(r.n_dec, r.kv_dec, k), t)
+            end = max(r.t_start + seconds, t)
             heapq.heappush(self.events, (end, r.index, r.version))
 
     def _offer(self, rid: int, t: float, source: _Replica | None = None) -> None:
@@ -287,8 +285,12 @@ class _Engine:
                 if round_robin:
                     r = reps[next_rr % n_reps]
                     next_rr += 1
-                else:
-                    r = self._least_loaded()
+                else:  # least loaded: the first replica with the fewest requests waiting plus running
+                    r, fewest = reps[0], inf
+                    for rep in reps:
+                        load = len(rep.queue) + len(rep.running)
+                        if load < fewest:
+                            r, fewest = rep, load
                 queue = r.queue
                 queue.append(rid)
                 phase = r.phase

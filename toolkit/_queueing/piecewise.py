@@ -84,16 +84,34 @@ class _Linear:
             if done + whole < target:
                 done += whole
                 continue
-            need = target - done
-            lin = first - half
-            if half > 0:
-                guess = (-lin + math.sqrt(max(lin * lin + 4 * half * need, 0.0))) / (2 * half)
-            else:
-                guess = need / first if first > 0 else 1.0
-            s = min(max(int(math.ceil(guess)), 1), m)
-            while s > 1 and (s - 1) * first + half * (s - 1) * (s - 2) >= need:
-                s -= 1
-            while s < m and s * first + half * s * (s - 1) < need:
-                s += 1
-            return max(i + s, 1)
+            return max(i + _within(first, half, m, target - done), 1)
         return k
+
+    def reach(self, x0: int, n: int, k: int, target: float) -> tuple[int, float]:
+        """(``steps_to_reach(x0, n, k, target)``, ``series`` of that many steps), in one pass where
+        the ``k`` steps lie on one piece (the usual case), with the same arithmetic as the two."""
+        starts = self.starts
+        j = bisect_right(starts, x0) - 1
+        if j + 1 == len(starts) or x0 + n * (k - 1) < starts[j + 1]:
+            a, b = self.a[j], self.b[j]
+            first = a + b * x0
+            m = k if k * first + b * n * k * (k - 1) / 2 < target else _within(first, b * n / 2, k, target)
+            return m, m * first + b * n * m * (m - 1) / 2
+        m = self.steps_to_reach(x0, n, k, target)
+        return m, self.series(x0, n, m)
+
+
+def _within(first: float, half: float, m: int, need: float) -> int:
+    """Smallest ``s`` in [1, m] with ``s first + half s (s - 1) >= need``: steps of one piece, the
+    first lasting ``first``, each next ``2 half`` longer, that reach ``need`` (``m`` if none)."""
+    lin = first - half
+    if half > 0:
+        guess = (-lin + math.sqrt(max(lin * lin + 4 * half * need, 0.0))) / (2 * half)
+    else:
+        guess = need / first if first > 0 else 1.0
+    s = min(max(int(math.ceil(guess)), 1), m)
+    while s > 1 and (s - 1) * first + half * (s - 1) * (s - 2) >= need:
+        s -= 1
+    while s < m and s * first + half * s * (s - 1) < need:
+        s += 1
+    return s
