@@ -76,12 +76,22 @@ def length_quantile(cs2: float, percentile: float) -> float:
     return 1.0 if cs2 == 0 else float(gamma_quantile(percentile, 1.0 / cs2) * cs2)
 
 
-@lru_cache(maxsize=64)
+_THRESHOLDS: dict[float, np.ndarray] = {}  # per percentile, k = 1 .. the largest top asked so far
+
+
 def _poisson_thresholds(percentile: float, top: int) -> np.ndarray:
-    """Means at which the Poisson ``percentile`` steps up: it is >= k exactly when
-    P(X <= k - 1) = Q(k, mean) < percentile, i.e. when mean exceeds the (1 - percentile) quantile
-    of a gamma distribution of shape k."""
-    return gamma_quantile(1.0 - percentile, np.arange(1, top + 1, dtype=float))
+    """Means at which the Poisson ``percentile`` steps up, for k = 1 .. at least ``top``: it is >= k
+    exactly when P(X <= k - 1) = Q(k, mean) < percentile, i.e. when mean exceeds the
+    (1 - percentile) quantile of a gamma distribution of shape k. Kept per percentile and extended
+    when a larger ``top`` is asked (a plan asks several)."""
+    known = _THRESHOLDS.get(percentile, np.empty(0))
+    if known.size < top:
+        extra = gamma_quantile(1.0 - percentile, np.arange(known.size + 1, top + 1, dtype=float))
+        if len(_THRESHOLDS) >= 64:
+            _THRESHOLDS.pop(next(iter(_THRESHOLDS)))
+        known = _THRESHOLDS[percentile] = np.concatenate([known, extra])
+        known.flags.writeable = False
+    return known
 
 
 def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:
