@@ -39,31 +39,31 @@ def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, out
                 for tp in tensor_parallel:
                     if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
                         continue
-                    caps = []
-                    for b in map(_thaw, backends):
-                        formats, shards = support.get(b["name"], (frozenset(), False))
-                        if q["name"] not in formats or (tp > 1 and not shards):
+                    # one configuration per kind of GEMM accumulation among the backends serving it
+                    for acc16 in (False, True):
+                        caps = []
+                        for b in map(_thaw, backends):
+                            formats, shards = support.get(b["name"], (frozenset(), False))
+                            if q["name"] not in formats or (tp > 1 and not shards) or b["fp16_accumulate"] != acc16:
+                                continue
+                            cm = toolkit.cost_model(m, g, q, tensor_parallel=tp, calibration=dict(calib), backend=b)
+                            kv_cap = cm.max_concurrent_seqs(context)
+                            limit = b["max_batch"] if b["continuous_batching"] else 1
+                            limit = grid_max if math.isnan(limit) else min(grid_max, int(limit))
+                            if kv_cap >= 1:
+                                caps.append((b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch"))
+                        if not caps:
                             continue
-                        cm = toolkit.cost_model(
-                            m, g, q, tensor_parallel=tp, calibration=dict(calib), reserved_gb=b["reserved_gb"]
-                        )
-                        kv_cap = cm.max_concurrent_seqs(context)
-                        limit = b["max_batch"] if b["continuous_batching"] else 1
-                        limit = grid_max if math.isnan(limit) else min(grid_max, int(limit))
-                        if kv_cap >= 1:
-                            caps.append((b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch"))
-                    if not caps:
-                        continue
-                    n = np.arange(max(cap for _, cap, _ in caps) + 1)
-                    tables.append(cm.step_ms(n, n * (prompt + output / 2)))
-                    ttft.append(cm.ttft_ms(prompt, cached))
-                    prefill.append(ttft[-1] - cm.request_overhead_ms)
-                    cost_hour.append(g["price_usd_hour"] * tp)
-                    quality = quality_score(m["name"], q["name"])
-                    configs.append((m["name"], g["name"], q["name"], tp, g["interconnect_gb_s"], quality))
-                    for name, cap, why in caps:
-                        for batch in sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap}):
-                            candidates.append((len(configs) - 1, name, batch, batch == cap, why))
+                        n = np.arange(max(cap for _, cap, _ in caps) + 1)
+                        tables.append(cm.step_ms(n, n * (prompt + output / 2)))
+                        ttft.append(cm.ttft_ms(prompt, cached))
+                        prefill.append(ttft[-1] - cm.request_overhead_ms)
+                        cost_hour.append(g["price_usd_hour"] * tp)
+                        quality = quality_score(m["name"], q["name"])
+                        configs.append((m["name"], g["name"], q["name"], tp, g["interconnect_gb_s"], quality))
+                        for name, cap, why in caps:
+                            for batch in sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap}):
+                                candidates.append((len(configs) - 1, name, batch, batch == cap, why))
     table = np.full((len(tables), max((t.size for t in tables), default=1)), np.nan)
     for i, row in enumerate(tables):
         table[i, : row.size] = row

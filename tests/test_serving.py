@@ -215,6 +215,20 @@ def test_fp8_weights_use_the_fp8_rate_where_it_exists():
     assert toolkit.cost_model("Llama-3.1-8B", "A100 80GB", "fp8").tflops == 312  # no FP8 tensor cores
 
 
+def test_fp16_accumulating_engines_use_the_geforce_fp16_accumulate_rate():
+    # Ada whitepaper: the RTX 4090 runs FP16 tensor math at 330.3 TFLOPS with FP16 accumulation and
+    # 165.2 with FP32; llama.cpp's cuBLAS GEMMs accumulate in fp16, vLLM's (PyTorch) in fp32
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp").tflops == 330.3
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="vllm").tflops == 165.2
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16").tflops == 165.2
+    # data-center parts run both at one rate (no separate figure in gpus.csv)
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").tflops == 989.4
+    # a 4,096-token prefill of Llama-3.1-8B on the 4090: 6.1576e13 FLOPs (as above) / (330.3e12 x 0.5)
+    #   = 372.85 ms, + 0.5 + 10
+    fast = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp")
+    assert fast.ttft_ms(4096) == pytest.approx(6.1576e13 / 165.15e12 * 1e3 + 10.5, rel=1e-4)
+
+
 def test_step_ms_broadcasts():
     cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
     grid = cm.step_ms(np.array([[1], [8]]), np.array([[1024], [8192]]), prefill_tokens=np.array([0, 256]))

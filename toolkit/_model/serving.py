@@ -104,7 +104,8 @@ def cost_model(
     step_overhead_ms, request_overhead_ms : float, optional
         Fixed cost per engine step and per request (ms, >= 0).
     backend : str or spec, optional
-        Serving backend: its ``reserved_gb`` and ``max_batch`` apply.
+        Serving backend: its ``reserved_gb``, ``max_batch`` and ``fp16_accumulate`` (16-bit GEMMs
+        at the GPU's FP16-accumulate rate) apply.
     gpu_memory_utilization : float, optional
         Fraction of GPU memory the engine may use (default 0.9).
     max_num_batched_tokens : int, optional
@@ -156,7 +157,13 @@ def cost_model(
         raise ValueError("gpu['interconnect_gb_s'] must be > 0 for tensor_parallel > 1")
     specs = {"model": spec_model, "gpu": spec_gpu, "quant": spec_quant, "kv_dtype": spec_kv}
     constants = cost_constants(
-        specs, tp, eff, gpu_memory_utilization=util, activation_tokens=act_tokens, reserved_gb=reserved
+        specs,
+        tp,
+        eff,
+        gpu_memory_utilization=util,
+        activation_tokens=act_tokens,
+        reserved_gb=reserved,
+        fp16_accumulate=bool(spec_backend and spec_backend["fp16_accumulate"]),
     )
     max_batch = spec_backend["max_batch"] if spec_backend else math.nan
     return CostModel(

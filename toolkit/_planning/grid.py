@@ -159,8 +159,15 @@ def _build_grid(
     fits = (np.isnan(max_context) | (context <= max_context))[mi] & (heads[mi] % tp == 0)
     fits &= (tp == 1) | (interconnect[gi] > 0)
     usable = loads[qi] & ((tp == 1)[:, None] | shards) & fits[:, None]
+    # a configuration served by engines of both GEMM kinds (fp16 or fp32 accumulate) is two rows,
+    # each usable by its own kind of backend: their steps run at different tensor rates
+    accumulate = np.array([b["fp16_accumulate"] for b in backend_specs], dtype=bool)
+    kinds = [False, True] if accumulate.any() else [False]
+    usable = np.stack([usable & (accumulate == kind) for kind in kinds], axis=1).reshape(-1, accumulate.size)
+    mi, gi, qi, tp = (np.repeat(a, len(kinds)) for a in (mi, gi, qi, tp))
+    acc16 = np.tile(kinds, mi.size // len(kinds))
     rows = np.flatnonzero(usable.any(axis=1))
-    mi, gi, qi, tp, usable = mi[rows], gi[rows], qi[rows], tp[rows], usable[rows]
+    mi, gi, qi, tp, usable, acc16 = mi[rows], gi[rows], qi[rows], tp[rows], usable[rows], acc16[rows]
 
     model = _columns(models, _MODEL_FIELDS, mi)
     model["tied_embeddings"] = _columns(models, ("tied_embeddings",), mi)["tied_embeddings"].astype(int)
@@ -175,6 +182,7 @@ def _build_grid(
         gpu_memory_utilization=util,
         activation_tokens=act_tokens,
         reserved_gb=reserved,  # one column per backend
+        fp16_accumulate=acc16[:, None],
     )
     constants.update(model=model, tensor_parallel=tp[:, None])
     kv_cap = _max_seqs(
