@@ -51,7 +51,9 @@ def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, out
                             limit = b["max_batch"] if b["continuous_batching"] else 1
                             limit = grid_max if math.isnan(limit) else min(grid_max, int(limit))
                             if kv_cap >= 1:
-                                caps.append((b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch"))
+                                caps.append(
+                                    (b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch")
+                                )
                         if not caps:
                             continue
                         n = np.arange(max(cap for _, cap, _ in caps) + 1)
