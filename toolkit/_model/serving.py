@@ -7,7 +7,7 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
     memory_ms  = (weights read + KV read + KV written) / (bandwidth x MBU)
     compute_ms = FLOPs / (TFLOPS x MFU)
     step_ms    = max(memory_ms, compute_ms) + serial_share x min(memory_ms, compute_ms)
-                 + step_overhead_ms + all-reduce
+                 + step_overhead_ms + seq_overhead_us x n + all-reduce
 
 * Weights read: all of them once per step (dense). An MoE reads its shared weights and the experts
   the step's tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
@@ -26,6 +26,8 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
   ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s``.
+* ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
+  stop checks, scheduling) that grows with the batch.
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one.
 
@@ -84,6 +86,7 @@ def cost_model(
     allreduce_latency_us: float | None = None,
     serial_share: float | None = None,
     batched_mbu_factor: float | None = None,
+    seq_overhead_us: float | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
 
@@ -97,7 +100,7 @@ def cost_model(
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor`` replacing the defaults of
+        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us`` replacing the defaults of
         ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
@@ -125,6 +128,9 @@ def cost_model(
         ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
         weights at one efficiency whatever the step; below 1 for an engine whose single-token step
         has its own faster kernel (llama.cpp's CPU backend).
+    seq_overhead_us : float, optional
+        Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
+        scheduler's per-request work, which grow with the batch.
 
     Returns
     -------
@@ -148,6 +154,7 @@ def cost_model(
             "allreduce_latency_us": allreduce_latency_us,
             "serial_share": serial_share,
             "batched_mbu_factor": batched_mbu_factor,
+            "seq_overhead_us": seq_overhead_us,
         },
     )
     util, act_tokens, reserved = _memory_settings(

@@ -136,6 +136,7 @@ def cost_constants(
         "allreduce_latency_us": efficiencies["allreduce_latency_us"],
         "serial_share": efficiencies["serial_share"],
         "batched_mbu_factor": efficiencies["batched_mbu_factor"],
+        "seq_overhead_us": efficiencies["seq_overhead_us"],
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
@@ -195,7 +196,7 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
     )
     compute_ms = flops / (constants["tflops"] * 1e12 * constants["mfu"]) * 1e3
 
-    overhead_ms = constants["step_overhead_ms"] + 0 * tokens
+    overhead_ms = constants["step_overhead_ms"] + constants["seq_overhead_us"] / 1e3 * n + 0 * tokens
     tp = constants["tensor_parallel"]
     if isinstance(tp, np.ndarray):
         if tp.max(initial=1) > 1:

@@ -25,6 +25,7 @@ rate above it); such rows are reported, and left out of :func:`accuracy_summary`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -53,7 +54,14 @@ _CONDITIONS = [
     "load_level",
     "statistic",
 ]
-_IDEAL = {"mbu": 1.0, "mfu": 1.0, "step_overhead_ms": 0.0, "request_overhead_ms": 0.0, "tp_mbu_factor": 1.0}
+_IDEAL = {
+    "mbu": 1.0,
+    "mfu": 1.0,
+    "step_overhead_ms": 0.0,
+    "request_overhead_ms": 0.0,
+    "tp_mbu_factor": 1.0,
+    "seq_overhead_us": 0.0,
+}
 _LATENCY = {"ttft_ms", "itl_ms", "tpot_ms"}
 # requests simulated per closed- or open-loop row (the first 10% are warm-up)
 SIM_REQUESTS = 400
@@ -68,7 +76,9 @@ def _cost(setup: tuple, ideal: bool) -> CostModel:
     model, gpu, weights, kv_dtype, tp, engine = setup
     backend = engine if engine in set(backends()["name"]) else None
     extra = {**_IDEAL, "allreduce_latency_us": 0.0} if ideal else {}
-    return cost_model(model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, **extra)
+    cm = cost_model(model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, **extra)
+    # the floor reads at full bandwidth whatever the tensor parallel and interconnect
+    return dataclasses.replace(cm, mbu=1.0) if ideal else cm
 
 
 def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
