@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import toolkit
+from toolkit._model.efficiency import engine_efficiencies
 from toolkit._planning import planner
 from toolkit._planning.grid import _Grid, _thaw
 from toolkit._planning.inputs import _support, quality_score
@@ -39,12 +40,17 @@ def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, out
                 for tp in tensor_parallel:
                     if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
                         continue
-                    # one configuration per kind of GEMM accumulation among the backends serving it
-                    for acc16 in (False, True):
+                    # one configuration per kind of step cost among the backends serving it: GEMMs
+                    # accumulating in fp16 or not, and the engine's efficiency defaults
+                    kind = lambda b: (b["fp16_accumulate"], sorted(engine_efficiencies(b["name"]).items()))
+                    kinds = []
+                    for b in map(_thaw, backends):
+                        kinds += [kind(b)] if kind(b) not in kinds else []
+                    for step_kind in kinds:
                         caps = []
                         for b in map(_thaw, backends):
                             formats, shards = support.get(b["name"], (frozenset(), False))
-                            if q["name"] not in formats or (tp > 1 and not shards) or b["fp16_accumulate"] != acc16:
+                            if q["name"] not in formats or (tp > 1 and not shards) or kind(b) != step_kind:
                                 continue
                             cm = toolkit.cost_model(m, g, q, tensor_parallel=tp, calibration=dict(calib), backend=b)
                             kv_cap = cm.max_concurrent_seqs(context)

@@ -226,9 +226,46 @@ def test_fp16_accumulating_engines_use_the_geforce_fp16_accumulate_rate():
     # data-center parts run both at one rate (no separate figure in gpus.csv)
     assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").tflops == 989.4
     # a 4,096-token prefill of Llama-3.1-8B on the 4090: 6.1576e13 FLOPs (as above) / (330.3e12 x 0.5)
-    #   = 372.85 ms, + 0.5 + 10
-    fast = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp")
+    #   = 186.42 ms, + 0.5 + 10 (at llama.cpp's own MFU of 0.42: / 138.73e12 = 443.86 ms)
+    fast = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp", mfu=0.5)
     assert fast.ttft_ms(4096) == pytest.approx(6.1576e13 / 165.15e12 * 1e3 + 10.5, rel=1e-4)
+    own = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp")
+    assert own.ttft_ms(4096) == pytest.approx(6.1576e13 / 138.726e12 * 1e3 + 10.5, rel=1e-4)
+
+
+def test_engine_efficiencies_by_engine_and_release():
+    # data/engine_efficiency.csv: llama.cpp's MFU for every release; TensorRT-LLM 0.14's overheads only
+    # when that release is named; a calibration and keyword arguments still win
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").mfu == 0.42
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="vllm").mfu == 0.5
+    plain = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm")
+    assert (plain.step_overhead_ms, plain.request_overhead_ms) == (0.5, 10.0)
+    old = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.14.0")
+    assert (old.step_overhead_ms, old.request_overhead_ms) == (1.5, 5.0)
+    other = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.17")
+    assert other.step_overhead_ms == 0.5
+    cal = toolkit.cost_model(
+        "Llama-3.1-8B",
+        "H100 SXM",
+        "bf16",
+        backend="trtllm",
+        engine_version="0.14.0",
+        calibration={"step_overhead_ms": 3},
+    )
+    assert cal.step_overhead_ms == 3
+    with pytest.raises(ValueError, match="engine_version"):
+        toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", engine_version="0.14.0")
+
+
+def test_engine_efficiency_rows_name_tunables_and_backends_and_cite_a_source():
+    from toolkit._data import load_csv
+    from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
+
+    table = load_csv("engine_efficiency.csv")
+    assert set(table["parameter"]) <= set(TUNABLE_EFFICIENCIES)
+    assert set(table["engine"]) <= set(toolkit.backends()["name"])
+    assert table["source"].str.len().min() > 40
+    assert not table.duplicated(["engine", "versions", "parameter"]).any()
 
 
 def test_each_decoding_sequence_adds_its_step_overhead():

@@ -74,8 +74,42 @@ def _calibration_mapping(calibration: object) -> Mapping[str, Any]:
     raise ValueError(f"calibration must be a dict, Series or one-row DataFrame, got {type(calibration).__name__}")
 
 
-def _efficiencies(calibration: object, explicit: dict[str, float | None]) -> dict[str, float]:
+def engine_efficiencies(backend: str | None, engine_version: str | None = None) -> dict[str, float]:
+    """The efficiency defaults ``data/engine_efficiency.csv`` gives one engine: its rows for every
+    release, then (winning) those listing ``engine_version``.
+
+    Parameters
+    ----------
+    backend : str or None
+        A backend name of ``data/backends.csv``; None gives no defaults.
+    engine_version : str, optional
+        The engine's release as its source writes it; None applies the all-release rows only.
+
+    Returns
+    -------
+    dict
+        Efficiency name -> value, for the tunable efficiencies the table sets for that engine.
+    """
+    if backend is None:
+        return {}
+    table = load_csv("engine_efficiency.csv")
+    rows = table[table["engine"] == backend]
+    every = rows[rows["versions"].isna()]
+    out = {str(k): float(v) for k, v in zip(every["parameter"], every["value"], strict=True)}
+    if engine_version is not None:
+        for _, row in rows[rows["versions"].notna()].iterrows():
+            if str(engine_version) in str(row["versions"]).split(";"):
+                out[str(row["parameter"])] = float(row["value"])
+    return out
+
+
+def _efficiencies(
+    calibration: object, explicit: dict[str, float | None], engine: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """The checked tunable efficiencies: efficiency.csv, then an engine's defaults
+    (:func:`engine_efficiencies`), then the calibration, then explicit values."""
     values: dict[str, object] = {name: efficiency_value(name) for name in TUNABLE_EFFICIENCIES}
+    values.update(engine or {})
     for name, value in _calibration_mapping(calibration).items():
         if name in TUNABLE_EFFICIENCIES and value is not None and not (isinstance(value, float) and math.isnan(value)):
             values[name] = value

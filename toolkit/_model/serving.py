@@ -36,9 +36,10 @@ for long prompts, never faster than reading the weights once. The decode step of
 sequences at context T is ``step_ms(b, b*T)`` and its TPOT.
 
 Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-``allreduce_latency_us``, ``serial_share``) default to ``data/efficiency.csv``; a ``calibration`` (dict, Series or
-one-row DataFrame; NaN entries and unknown keys are ignored) overrides them, explicit keyword
-arguments override both.
+``allreduce_latency_us``, ``serial_share``, ...) default to ``data/efficiency.csv``, then to a named
+backend's rows of ``data/engine_efficiency.csv`` (its release's too, given ``engine_version``); a
+``calibration`` (dict, Series or one-row DataFrame; NaN entries and unknown keys are ignored)
+overrides them, explicit keyword arguments override all.
 
 Why our TTFT differs from chimeraforge 0.6.0's (``2 x params x tokens / (TFLOPS x 0.4)``; 7B, 512
 tokens: H100 18.1 / RTX 4090 108.5 / T4 275.7 ms against our 24.0 / 91.6 / 216.7 ms for Llama-2-7B):
@@ -58,7 +59,7 @@ import numpy as np
 
 from toolkit._args import check_int, check_number
 from toolkit._model.cost import CostModel
-from toolkit._model.efficiency import _efficiencies
+from toolkit._model.efficiency import _efficiencies, engine_efficiencies
 from toolkit._model.memory import _check_tensor_parallel, efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 from toolkit._model.terms import cost_constants
@@ -87,6 +88,7 @@ def cost_model(
     serial_share: float | None = None,
     batched_mbu_factor: float | None = None,
     seq_overhead_us: float | None = None,
+    engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
 
@@ -131,6 +133,9 @@ def cost_model(
     seq_overhead_us : float, optional
         Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
         scheduler's per-request work, which grow with the batch.
+    engine_version : str, optional
+        The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
+        apply on top of the backend's all-release rows. Needs ``backend``.
 
     Returns
     -------
@@ -143,6 +148,8 @@ def cost_model(
     spec_kv = resolve_kv_dtype(kv_dtype)
     spec_backend = None if backend is None else resolve_backend(backend)
     tp = _check_tensor_parallel(spec_model, tensor_parallel)
+    if engine_version is not None and (spec_backend is None or not isinstance(engine_version, str)):
+        raise ValueError(f"engine_version must be a string given with a backend, got {engine_version!r}")
     eff = _efficiencies(
         calibration,
         {
@@ -156,6 +163,7 @@ def cost_model(
             "batched_mbu_factor": batched_mbu_factor,
             "seq_overhead_us": seq_overhead_us,
         },
+        engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )
     util, act_tokens, reserved = _memory_settings(
         gpu_memory_utilization, max_num_batched_tokens, reserved_gb, spec_backend
