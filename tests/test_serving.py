@@ -241,7 +241,7 @@ def test_engine_efficiencies_by_engine_and_release():
     plain = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm")
     assert (plain.step_overhead_ms, plain.request_overhead_ms) == (0.5, 10.0)
     old = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.14.0")
-    assert (old.step_overhead_ms, old.request_overhead_ms) == (1.5, 5.0)
+    assert (old.step_overhead_ms, old.request_overhead_ms, old.seq_overhead_us) == (1.0, 5.0, 20.0)
     other = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.17")
     assert other.step_overhead_ms == 0.5
     cal = toolkit.cost_model(
