@@ -226,17 +226,17 @@ def test_fp16_accumulating_engines_use_the_geforce_fp16_accumulate_rate():
     # data-center parts run both at one rate (no separate figure in gpus.csv)
     assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").tflops == 989.4
     # a 4,096-token prefill of Llama-3.1-8B on the 4090: 6.1576e13 FLOPs (as above) / (330.3e12 x 0.5)
-    #   = 186.42 ms, + 0.5 + 10 (at llama.cpp's own MFU of 0.42: / 138.73e12 = 443.86 ms)
+    #   = 372.85 ms, + 0.5 + 10 (at llama.cpp's own MFU of 0.45: / 148.635e12 = 414.28 ms)
     fast = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp", mfu=0.5)
     assert fast.ttft_ms(4096) == pytest.approx(6.1576e13 / 165.15e12 * 1e3 + 10.5, rel=1e-4)
     own = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp")
-    assert own.ttft_ms(4096) == pytest.approx(6.1576e13 / 138.726e12 * 1e3 + 10.5, rel=1e-4)
+    assert own.ttft_ms(4096) == pytest.approx(6.1576e13 / 148.635e12 * 1e3 + 10.5, rel=1e-4)
 
 
 def test_engine_efficiencies_by_engine_and_release():
     # data/engine_efficiency.csv: llama.cpp's MFU for every release; TensorRT-LLM 0.14's overheads only
     # when that release is named; a calibration and keyword arguments still win
-    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").mfu == 0.42
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").mfu == 0.45
     assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="vllm").mfu == 0.5
     plain = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm")
     assert (plain.step_overhead_ms, plain.request_overhead_ms) == (0.5, 10.0)
@@ -275,6 +275,22 @@ def test_each_decoding_sequence_adds_its_step_overhead():
     assert float(cm.step_terms(0, 0, 512)["overhead_ms"]) == pytest.approx(0.5)
     slow = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", seq_overhead_us=20.0)
     assert float(slow.step_ms(64, 64 * 1024) - cm.step_ms(64, 64 * 1024)) == pytest.approx(64 * 0.015)
+
+
+def test_materialised_attention_scores_cost_their_traffic_after_the_roofline():
+    # Llama-3.1-8B fp16 on an RTX 3090, one 8,192-token prompt: 32 layers x 32 heads x 8,192 x 8,193 / 2
+    # causal pairs = 3.4364e10 pair-heads x 16 bytes = 549.8 GB at 936e9 x 0.7 B/s = 839.2 ms more
+    base = toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16")
+    scored = toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16", attention_score_bytes=16)
+    pair_heads = 32 * 32 * 8192 * 8193 / 2
+    extra = pair_heads * 16 / (936e9 * 0.7) * 1e3
+    assert float(scored.ttft_ms(8192) - base.ttft_ms(8192)) == pytest.approx(extra, rel=1e-9)
+    # the 2024 llama.cpp builds of the published llama-bench tables materialise them; the default does not
+    old = toolkit.cost_model(
+        "Llama-3.1-8B", "RTX 3090", "fp16", backend="llamacpp", engine_version="build of 2024-05 (not stated)"
+    )
+    assert old.attention_score_bytes == 16
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16", backend="llamacpp").attention_score_bytes == 0
 
 
 def test_step_ms_broadcasts():

@@ -28,6 +28,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s``.
 * ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
   stop checks, scheduling) that grows with the batch.
+* ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
+  attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
+  traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one.
 
@@ -88,6 +91,7 @@ def cost_model(
     serial_share: float | None = None,
     batched_mbu_factor: float | None = None,
     seq_overhead_us: float | None = None,
+    attention_score_bytes: float | None = None,
     engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
@@ -102,7 +106,8 @@ def cost_model(
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us`` replacing the defaults of
+        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us``,
+        ``attention_score_bytes`` replacing the defaults of
         ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
@@ -133,6 +138,10 @@ def cost_model(
     seq_overhead_us : float, optional
         Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
         scheduler's per-request work, which grow with the batch.
+    attention_score_bytes : float, optional
+        Bytes of attention-score traffic per causal (query, key) pair and head (>= 0) for an engine
+        that materialises the scores (0: a fused kernel keeps them on chip); paid after the step's
+        roofline, at ``mbu`` of the bandwidth.
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -162,6 +171,7 @@ def cost_model(
             "serial_share": serial_share,
             "batched_mbu_factor": batched_mbu_factor,
             "seq_overhead_us": seq_overhead_us,
+            "attention_score_bytes": attention_score_bytes,
         },
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )

@@ -137,6 +137,7 @@ def cost_constants(
         "serial_share": efficiencies["serial_share"],
         "batched_mbu_factor": efficiencies["batched_mbu_factor"],
         "seq_overhead_us": efficiencies["seq_overhead_us"],
+        "attention_score_bytes": efficiencies["attention_score_bytes"],
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
@@ -197,6 +198,11 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
     compute_ms = flops / (constants["tflops"] * 1e12 * constants["mfu"]) * 1e3
 
     overhead_ms = constants["step_overhead_ms"] + constants["seq_overhead_us"] / 1e3 * n + 0 * tokens
+    if _any(constants["attention_score_bytes"]):
+        # materialised attention scores: written, softmaxed and read back by kernels of their own
+        heads = constants["attention_flops_per_pair"] / (4 * model["head_dim"])
+        scores = constants["attention_score_bytes"] * heads * (decode_kv + pairs)
+        overhead_ms = overhead_ms + scores / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
     tp = constants["tensor_parallel"]
     if isinstance(tp, np.ndarray):
         if tp.max(initial=1) > 1:
