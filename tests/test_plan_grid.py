@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import toolkit
+from toolkit._model.efficiency import engine_efficiencies
 from toolkit._planning import planner
 from toolkit._planning.grid import _Grid, _thaw
 from toolkit._planning.inputs import _support, quality_score
@@ -39,31 +40,38 @@ def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, out
                 for tp in tensor_parallel:
                     if m["attention_heads"] % tp or (tp > 1 and not g["interconnect_gb_s"] > 0):
                         continue
-                    caps = []
+                    # one configuration per kind of step cost among the backends serving it: GEMMs
+                    # accumulating in fp16 or not, and the engine's efficiency defaults
+                    kind = lambda b: (b["fp16_accumulate"], sorted(engine_efficiencies(b["name"]).items()))
+                    kinds = []
                     for b in map(_thaw, backends):
-                        formats, shards = support.get(b["name"], (frozenset(), False))
-                        if q["name"] not in formats or (tp > 1 and not shards):
+                        kinds += [kind(b)] if kind(b) not in kinds else []
+                    for step_kind in kinds:
+                        caps = []
+                        for b in map(_thaw, backends):
+                            formats, shards = support.get(b["name"], (frozenset(), False))
+                            if q["name"] not in formats or (tp > 1 and not shards) or kind(b) != step_kind:
+                                continue
+                            cm = toolkit.cost_model(m, g, q, tensor_parallel=tp, calibration=dict(calib), backend=b)
+                            kv_cap = cm.max_concurrent_seqs(context)
+                            limit = b["max_batch"] if b["continuous_batching"] else 1
+                            limit = grid_max if math.isnan(limit) else min(grid_max, int(limit))
+                            if kv_cap >= 1:
+                                caps.append(
+                                    (b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch")
+                                )
+                        if not caps:
                             continue
-                        cm = toolkit.cost_model(
-                            m, g, q, tensor_parallel=tp, calibration=dict(calib), reserved_gb=b["reserved_gb"]
-                        )
-                        kv_cap = cm.max_concurrent_seqs(context)
-                        limit = b["max_batch"] if b["continuous_batching"] else 1
-                        limit = grid_max if math.isnan(limit) else min(grid_max, int(limit))
-                        if kv_cap >= 1:
-                            caps.append((b["name"], min(kv_cap, limit), "kv_memory" if kv_cap < limit else "max_batch"))
-                    if not caps:
-                        continue
-                    n = np.arange(max(cap for _, cap, _ in caps) + 1)
-                    tables.append(cm.step_ms(n, n * (prompt + output / 2)))
-                    ttft.append(cm.ttft_ms(prompt, cached))
-                    prefill.append(ttft[-1] - cm.request_overhead_ms)
-                    cost_hour.append(g["price_usd_hour"] * tp)
-                    quality = quality_score(m["name"], q["name"])
-                    configs.append((m["name"], g["name"], q["name"], tp, g["interconnect_gb_s"], quality))
-                    for name, cap, why in caps:
-                        for batch in sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap}):
-                            candidates.append((len(configs) - 1, name, batch, batch == cap, why))
+                        n = np.arange(max(cap for _, cap, _ in caps) + 1)
+                        tables.append(cm.step_ms(n, n * (prompt + output / 2)))
+                        ttft.append(cm.ttft_ms(prompt, cached))
+                        prefill.append(ttft[-1] - cm.request_overhead_ms)
+                        cost_hour.append(g["price_usd_hour"] * tp)
+                        quality = quality_score(m["name"], q["name"])
+                        configs.append((m["name"], g["name"], q["name"], tp, g["interconnect_gb_s"], quality))
+                        for name, cap, why in caps:
+                            for batch in sorted({2**i for i in range(int(math.log2(cap)) + 1)} | {cap}):
+                                candidates.append((len(configs) - 1, name, batch, batch == cap, why))
     table = np.full((len(tables), max((t.size for t in tables), default=1)), np.nan)
     for i, row in enumerate(tables):
         table[i, : row.size] = row

@@ -28,11 +28,11 @@ def test_single_stream_tpot_llama_3_1_8b_h100():
     # one sequence at 1,024 context: bytes 16.0606e9 + 1,024 x 131,072 (read) + 131,072 (write)
     #   = 16,194,948,800 B / 2,345e9 = 6.906162 ms
     # FLOPs 2 x 6,979,626,848 + 1,050,673,152 + 524,288 x 1,024 = 15,546,797,760 / 494.7e12 = 0.0314 ms
-    # memory-bound: TPOT = 6.906162 + 0.5 = 7.406162 ms (135.0 tokens/s)
+    # memory-bound: TPOT = 6.906162 + 0.5 step + 0.005 for its one sequence = 7.411162 ms (134.9 tokens/s)
     row = toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1024, batch_sizes=[1]).iloc[0]
-    assert row["tpot_ms"] == pytest.approx(7.406161535, rel=1e-6)
+    assert row["tpot_ms"] == pytest.approx(7.411161535, rel=1e-6)
     assert row["bound"] == "memory"
-    assert row["per_seq_tok_s"] == pytest.approx(1000 / 7.406161535, rel=1e-6)
+    assert row["per_seq_tok_s"] == pytest.approx(1000 / 7.411161535, rel=1e-6)
 
 
 def test_curve_turns_compute_bound_where_memory_time_equals_compute_time():
@@ -66,9 +66,10 @@ def test_overhead_bound_for_a_tiny_model():
 def test_tensor_parallel_all_reduce_term():
     # Llama-3.1-70B, TP 4, one sequence: 2 all-reduces x 80 layers, each 10 us + ring
     # 2 x 3/4 x (1 token x 8,192 x 2 B) / 450e9 B/s = 5.46e-5 ms -> 160 x 0.0100546 = 1.60874 ms; + 0.5 step
+    # + 0.005 ms for the one decoding sequence
     cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "bf16", tensor_parallel=4)
     terms = cm.step_terms(1, 1024)
-    assert float(terms["overhead_ms"]) == pytest.approx(2.1087381, rel=1e-6)
+    assert float(terms["overhead_ms"]) == pytest.approx(2.1137381, rel=1e-6)
     # MBU 0.7 x 0.8^2 = 0.448 under TP 4 over NVLink; weights per GPU 141.1074 / 4 GB
     assert cm.mbu == pytest.approx(0.448)
     assert cm.weights_bytes == pytest.approx(141.1074e9 / 4)
@@ -202,9 +203,10 @@ def test_calibration_overrides_defaults_and_kwargs_win():
     cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration=cal, mbu=0.8)
     assert cm.mbu == 0.8
     # one token, no context: (16.0606e9 + 131,072 written) / (3,350e9 x 0.8) + 2.0 ms calibrated overhead
-    assert cm.step_ms(1, 0) == pytest.approx((16.0606e9 + 131_072) / (3350e9 * 0.8) * 1e3 + 2.0)
+    # + 0.005 ms for the sequence
+    assert cm.step_ms(1, 0) == pytest.approx((16.0606e9 + 131_072) / (3350e9 * 0.8) * 1e3 + 2.005)
     curve = toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1, batch_sizes=[1], calibration=cal)
-    assert curve["step_ms"].iloc[0] == pytest.approx((16.0606e9 + 2 * 131_072) / (3350e9 * 0.5) * 1e3 + 2.0)
+    assert curve["step_ms"].iloc[0] == pytest.approx((16.0606e9 + 2 * 131_072) / (3350e9 * 0.5) * 1e3 + 2.005)
     # the defaults themselves are a valid calibration
     same = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration=toolkit.efficiency_defaults()["value"])
     assert same == base
@@ -213,6 +215,82 @@ def test_calibration_overrides_defaults_and_kwargs_win():
 def test_fp8_weights_use_the_fp8_rate_where_it_exists():
     assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "fp8").tflops == 1979
     assert toolkit.cost_model("Llama-3.1-8B", "A100 80GB", "fp8").tflops == 312  # no FP8 tensor cores
+
+
+def test_fp16_accumulating_engines_use_the_geforce_fp16_accumulate_rate():
+    # Ada whitepaper: the RTX 4090 runs FP16 tensor math at 330.3 TFLOPS with FP16 accumulation and
+    # 165.2 with FP32; llama.cpp's cuBLAS GEMMs accumulate in fp16, vLLM's (PyTorch) in fp32
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp").tflops == 330.3
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="vllm").tflops == 165.2
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16").tflops == 165.2
+    # data-center parts run both at one rate (no separate figure in gpus.csv)
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").tflops == 989.4
+    # a 4,096-token prefill of Llama-3.1-8B on the 4090: 6.1576e13 FLOPs (as above) / (330.3e12 x 0.5)
+    #   = 372.85 ms, + 0.5 + 10 (at llama.cpp's own MFU of 0.45: / 148.635e12 = 414.28 ms)
+    fast = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp", mfu=0.5)
+    assert fast.ttft_ms(4096) == pytest.approx(6.1576e13 / 165.15e12 * 1e3 + 10.5, rel=1e-4)
+    own = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp")
+    assert own.ttft_ms(4096) == pytest.approx(6.1576e13 / 148.635e12 * 1e3 + 10.5, rel=1e-4)
+
+
+def test_engine_efficiencies_by_engine_and_release():
+    # data/engine_efficiency.csv: llama.cpp's MFU for every release; TensorRT-LLM 0.14's overheads only
+    # when that release is named; a calibration and keyword arguments still win
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="llamacpp").mfu == 0.45
+    assert toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="vllm").mfu == 0.5
+    plain = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm")
+    assert (plain.step_overhead_ms, plain.request_overhead_ms) == (0.5, 10.0)
+    old = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.14.0")
+    assert (old.step_overhead_ms, old.request_overhead_ms, old.seq_overhead_us) == (1.0, 5.0, 20.0)
+    other = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", backend="trtllm", engine_version="0.17")
+    assert other.step_overhead_ms == 0.5
+    cal = toolkit.cost_model(
+        "Llama-3.1-8B",
+        "H100 SXM",
+        "bf16",
+        backend="trtllm",
+        engine_version="0.14.0",
+        calibration={"step_overhead_ms": 3},
+    )
+    assert cal.step_overhead_ms == 3
+    with pytest.raises(ValueError, match="engine_version"):
+        toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", engine_version="0.14.0")
+
+
+def test_engine_efficiency_rows_name_tunables_and_backends_and_cite_a_source():
+    from toolkit._data import load_csv
+    from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
+
+    table = load_csv("engine_efficiency.csv")
+    assert set(table["parameter"]) <= set(TUNABLE_EFFICIENCIES)
+    assert set(table["engine"]) <= set(toolkit.backends()["name"])
+    assert table["source"].str.len().min() > 40
+    assert not table.duplicated(["engine", "versions", "parameter"]).any()
+
+
+def test_each_decoding_sequence_adds_its_step_overhead():
+    # 64 sequences at 5 us each add 0.32 ms to the 0.5 ms step overhead; a prefill-only step adds none
+    cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
+    assert float(cm.step_terms(64, 64 * 1024)["overhead_ms"]) == pytest.approx(0.5 + 64 * 0.005)
+    assert float(cm.step_terms(0, 0, 512)["overhead_ms"]) == pytest.approx(0.5)
+    slow = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", seq_overhead_us=20.0)
+    assert float(slow.step_ms(64, 64 * 1024) - cm.step_ms(64, 64 * 1024)) == pytest.approx(64 * 0.015)
+
+
+def test_materialised_attention_scores_cost_their_traffic_after_the_roofline():
+    # Llama-3.1-8B fp16 on an RTX 3090, one 8,192-token prompt: 32 layers x 32 heads x 8,192 x 8,193 / 2
+    # causal pairs = 3.4364e10 pair-heads x 16 bytes = 549.8 GB at 936e9 x 0.7 B/s = 839.2 ms more
+    base = toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16")
+    scored = toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16", attention_score_bytes=16)
+    pair_heads = 32 * 32 * 8192 * 8193 / 2
+    extra = pair_heads * 16 / (936e9 * 0.7) * 1e3
+    assert float(scored.ttft_ms(8192) - base.ttft_ms(8192)) == pytest.approx(extra, rel=1e-9)
+    # the 2024 llama.cpp builds of the published llama-bench tables materialise them; the default does not
+    old = toolkit.cost_model(
+        "Llama-3.1-8B", "RTX 3090", "fp16", backend="llamacpp", engine_version="build of 2024-05 (not stated)"
+    )
+    assert old.attention_score_bytes == 16
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16", backend="llamacpp").attention_score_bytes == 0
 
 
 def test_step_ms_broadcasts():

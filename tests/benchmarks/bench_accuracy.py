@@ -2,7 +2,7 @@
 
 Runs :func:`toolkit.accuracy_against_published` on every row of data/published_measurements.csv and
 writes reports/bench/accuracy.json (median |error| overall and per family, p90, row counts, per split,
-with the date) and reports/bench/accuracy.png (predicted against measured, log-log, per family).
+with the date, issue 17's targets and whether each split meets them) and reports/bench/accuracy.png (predicted against measured, log-log, per family).
 """
 
 from __future__ import annotations
@@ -23,6 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "reports" / "bench"
 
 
+# issue 17: median |error| under 10% overall and in every family, p90 TTFT |error| under 50%
+TARGET_MEDIAN = 0.10
+TARGET_TTFT_P90 = 0.50
+
+
+def _met(part) -> bool:
+    """Whether one split's summary meets both targets."""
+    ttft = part[part["family"] == "ttft"]["p90_abs_err"]
+    return bool((part["median_abs_err"] < TARGET_MEDIAN).all() and (ttft < TARGET_TTFT_P90).all())
+
+
 def main() -> dict:
     """Run, write the JSON and PNG, print one line per split and family; return the JSON's dict."""
     accuracy = toolkit.accuracy_against_published()
@@ -38,6 +49,8 @@ def main() -> dict:
             for split, part in summary.groupby("split")
         },
         "below_floor": accuracy.loc[accuracy["below_floor"], "id"].tolist(),
+        "targets": {"median_abs_err": TARGET_MEDIAN, "ttft_p90_abs_err": TARGET_TTFT_P90},
+        "met": {split: _met(part) for split, part in summary.groupby("split")},
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "accuracy.json").write_text(json.dumps(result, indent=2) + "\n")

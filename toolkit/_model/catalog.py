@@ -33,6 +33,7 @@ def gpus() -> pd.DataFrame:
         One row per GPU: ``name``, ``aliases`` (other spellings, ``;``-separated), ``memory_gb``
         (capacity, 1e9 bytes), ``bandwidth_gb_s`` (peak memory bandwidth), ``fp16_tflops`` (dense
         FP16/BF16 tensor rate, FP32 accumulate), ``fp8_tflops`` (dense, NaN where none),
+        ``fp16_acc16_tflops`` (dense FP16 with FP16 accumulate where it differs, else NaN),
         ``price_usd_hour`` (typical on-demand), ``interconnect_gb_s`` (per-GPU, one direction),
         ``source``.
     """

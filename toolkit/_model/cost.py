@@ -43,6 +43,11 @@ class CostModel:
         Share of the smaller of a step's memory and compute times added to the larger (0: roofline).
     batched_mbu_factor : float
         ``mbu`` multiplier of a step that processes two or more tokens (1: one MBU for every step).
+    seq_overhead_us : float
+        Fixed cost per decoding sequence per step (us), on top of ``step_overhead_ms``.
+    attention_score_bytes : float
+        Memory traffic per (query, key) pair and head of attention scores materialised outside a
+        fused kernel (0: fused), added after the step's roofline.
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
     weights_bytes, shared_weights_bytes, expert_bytes : float
@@ -76,6 +81,8 @@ class CostModel:
     allreduce_latency_us: float
     serial_share: float
     batched_mbu_factor: float
+    seq_overhead_us: float
+    attention_score_bytes: float
     bandwidth_gb_s: float
     tflops: float
     interconnect_gb_s: float

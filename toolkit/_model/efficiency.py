@@ -29,6 +29,8 @@ TUNABLE_EFFICIENCIES: dict[str, tuple[float, float | None, bool]] = {
     "allreduce_latency_us": (0.0, None, True),
     "serial_share": (0.0, 1.0, True),
     "batched_mbu_factor": (0.0, 1.0, False),
+    "seq_overhead_us": (0.0, None, True),
+    "attention_score_bytes": (0.0, None, True),
 }
 
 
@@ -54,7 +56,7 @@ def efficiency_defaults() -> pd.DataFrame:
     -------
     pandas.DataFrame
         Indexed by ``parameter`` (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``,
-        ``tp_mbu_factor``, ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``reserved_gb``, ``activation_bytes_per_value``,
+        ``tp_mbu_factor``, ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us``, ``attention_score_bytes``, ``reserved_gb``, ``activation_bytes_per_value``,
         ``kv_block_tokens``, ``gpu_memory_utilization``, ``max_num_batched_tokens``) with columns
         ``value``, ``unit`` and ``source``. ``efficiency_defaults()["value"]`` is a valid calibration.
     """
@@ -73,8 +75,42 @@ def _calibration_mapping(calibration: object) -> Mapping[str, Any]:
     raise ValueError(f"calibration must be a dict, Series or one-row DataFrame, got {type(calibration).__name__}")
 
 
-def _efficiencies(calibration: object, explicit: dict[str, float | None]) -> dict[str, float]:
+def engine_efficiencies(backend: str | None, engine_version: str | None = None) -> dict[str, float]:
+    """The efficiency defaults ``data/engine_efficiency.csv`` gives one engine: its rows for every
+    release, then (winning) those listing ``engine_version``.
+
+    Parameters
+    ----------
+    backend : str or None
+        A backend name of ``data/backends.csv``; None gives no defaults.
+    engine_version : str, optional
+        The engine's release as its source writes it; None applies the all-release rows only.
+
+    Returns
+    -------
+    dict
+        Efficiency name -> value, for the tunable efficiencies the table sets for that engine.
+    """
+    if backend is None:
+        return {}
+    table = load_csv("engine_efficiency.csv")
+    rows = table[table["engine"] == backend]
+    every = rows[rows["versions"].isna()]
+    out = {str(k): float(v) for k, v in zip(every["parameter"], every["value"], strict=True)}
+    if engine_version is not None:
+        for _, row in rows[rows["versions"].notna()].iterrows():
+            if str(engine_version) in str(row["versions"]).split(";"):
+                out[str(row["parameter"])] = float(row["value"])
+    return out
+
+
+def _efficiencies(
+    calibration: object, explicit: dict[str, float | None], engine: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """The checked tunable efficiencies: efficiency.csv, then an engine's defaults
+    (:func:`engine_efficiencies`), then the calibration, then explicit values."""
     values: dict[str, object] = {name: efficiency_value(name) for name in TUNABLE_EFFICIENCIES}
+    values.update(engine or {})
     for name, value in _calibration_mapping(calibration).items():
         if name in TUNABLE_EFFICIENCIES and value is not None and not (isinstance(value, float) and math.isnan(value)):
             values[name] = value

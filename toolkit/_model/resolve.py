@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from toolkit._data import load_csv
@@ -25,7 +26,12 @@ _GPU_FIELDS = {
 }
 
 
-_GPU_OPTIONAL = {"fp8_tflops": math.nan, "price_usd_hour": math.nan, "interconnect_gb_s": math.nan}
+_GPU_OPTIONAL = {
+    "fp8_tflops": math.nan,
+    "fp16_acc16_tflops": math.nan,
+    "price_usd_hour": math.nan,
+    "interconnect_gb_s": math.nan,
+}
 
 
 _MODEL_FIELDS = {
@@ -175,7 +181,8 @@ def resolve_gpu(gpu: object) -> dict[str, Any]:
     """Return one GPU as a dict (``name``, ``memory_gb``, ``bandwidth_gb_s``, ``fp16_tflops``, ...).
 
     ``gpu`` is a catalog name or a spec with at least ``name``, ``memory_gb``, ``bandwidth_gb_s`` and
-    ``fp16_tflops``; ``fp8_tflops``, ``price_usd_hour`` and ``interconnect_gb_s`` default to NaN.
+    ``fp16_tflops``; ``fp8_tflops``, ``fp16_acc16_tflops``, ``price_usd_hour`` and
+    ``interconnect_gb_s`` default to NaN.
     """
     spec = _resolve("gpu", gpu, "gpus.csv", _GPU_FIELDS)
     for field, default in _GPU_OPTIONAL.items():
@@ -241,8 +248,13 @@ def resolve_kv_dtype(kv_dtype: object) -> dict[str, Any]:
 
 
 def resolve_backend(backend: object) -> dict[str, Any]:
-    """Return one serving backend as a dict (``name``, ``continuous_batching``, ``max_batch``, ``reserved_gb``)."""
+    """Return one serving backend as a dict (``name``, ``continuous_batching``, ``max_batch``,
+    ``reserved_gb``, ``fp16_accumulate``: whether its 16-bit GEMMs accumulate in fp16, default False)."""
     spec = _resolve("backend", backend, "backends.csv", _BACKEND_FIELDS)
     spec["continuous_batching"] = bool(spec.get("continuous_batching", True))
+    accumulate = spec.get("fp16_accumulate", False)
+    if not isinstance(accumulate, (bool, np.bool_)):
+        raise ValueError(f"backend['fp16_accumulate'] must be True or False, got {accumulate!r}")
+    spec["fp16_accumulate"] = bool(accumulate)
     _optional_number("backend", spec, "max_batch", math.nan, low=1.0)
     return spec

@@ -7,7 +7,7 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
     memory_ms  = (weights read + KV read + KV written) / (bandwidth x MBU)
     compute_ms = FLOPs / (TFLOPS x MFU)
     step_ms    = max(memory_ms, compute_ms) + serial_share x min(memory_ms, compute_ms)
-                 + step_overhead_ms + all-reduce
+                 + step_overhead_ms + seq_overhead_us x n + all-reduce
 
 * Weights read: all of them once per step (dense). An MoE reads its shared weights and the experts
   the step's tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
@@ -26,6 +26,11 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
   ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s``.
+* ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
+  stop checks, scheduling) that grows with the batch.
+* ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
+  attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
+  traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one.
 
@@ -34,9 +39,10 @@ for long prompts, never faster than reading the weights once. The decode step of
 sequences at context T is ``step_ms(b, b*T)`` and its TPOT.
 
 Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-``allreduce_latency_us``, ``serial_share``) default to ``data/efficiency.csv``; a ``calibration`` (dict, Series or
-one-row DataFrame; NaN entries and unknown keys are ignored) overrides them, explicit keyword
-arguments override both.
+``allreduce_latency_us``, ``serial_share``, ...) default to ``data/efficiency.csv``, then to a named
+backend's rows of ``data/engine_efficiency.csv`` (its release's too, given ``engine_version``); a
+``calibration`` (dict, Series or one-row DataFrame; NaN entries and unknown keys are ignored)
+overrides them, explicit keyword arguments override all.
 
 Why our TTFT differs from chimeraforge 0.6.0's (``2 x params x tokens / (TFLOPS x 0.4)``; 7B, 512
 tokens: H100 18.1 / RTX 4090 108.5 / T4 275.7 ms against our 24.0 / 91.6 / 216.7 ms for Llama-2-7B):
@@ -56,7 +62,7 @@ import numpy as np
 
 from toolkit._args import check_int, check_number
 from toolkit._model.cost import CostModel
-from toolkit._model.efficiency import _efficiencies
+from toolkit._model.efficiency import _efficiencies, engine_efficiencies
 from toolkit._model.memory import _check_tensor_parallel, efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
 from toolkit._model.terms import cost_constants
@@ -84,6 +90,9 @@ def cost_model(
     allreduce_latency_us: float | None = None,
     serial_share: float | None = None,
     batched_mbu_factor: float | None = None,
+    seq_overhead_us: float | None = None,
+    attention_score_bytes: float | None = None,
+    engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
 
@@ -97,14 +106,16 @@ def cost_model(
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
-        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor`` replacing the defaults of
+        ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us``,
+        ``attention_score_bytes`` replacing the defaults of
         ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
     step_overhead_ms, request_overhead_ms : float, optional
         Fixed cost per engine step and per request (ms, >= 0).
     backend : str or spec, optional
-        Serving backend: its ``reserved_gb`` and ``max_batch`` apply.
+        Serving backend: its ``reserved_gb``, ``max_batch`` and ``fp16_accumulate`` (16-bit GEMMs
+        at the GPU's FP16-accumulate rate) apply.
     gpu_memory_utilization : float, optional
         Fraction of GPU memory the engine may use (default 0.9).
     max_num_batched_tokens : int, optional
@@ -124,6 +135,16 @@ def cost_model(
         ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
         weights at one efficiency whatever the step; below 1 for an engine whose single-token step
         has its own faster kernel (llama.cpp's CPU backend).
+    seq_overhead_us : float, optional
+        Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
+        scheduler's per-request work, which grow with the batch.
+    attention_score_bytes : float, optional
+        Bytes of attention-score traffic per causal (query, key) pair and head (>= 0) for an engine
+        that materialises the scores (0: a fused kernel keeps them on chip); paid after the step's
+        roofline, at ``mbu`` of the bandwidth.
+    engine_version : str, optional
+        The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
+        apply on top of the backend's all-release rows. Needs ``backend``.
 
     Returns
     -------
@@ -136,6 +157,8 @@ def cost_model(
     spec_kv = resolve_kv_dtype(kv_dtype)
     spec_backend = None if backend is None else resolve_backend(backend)
     tp = _check_tensor_parallel(spec_model, tensor_parallel)
+    if engine_version is not None and (spec_backend is None or not isinstance(engine_version, str)):
+        raise ValueError(f"engine_version must be a string given with a backend, got {engine_version!r}")
     eff = _efficiencies(
         calibration,
         {
@@ -147,7 +170,10 @@ def cost_model(
             "allreduce_latency_us": allreduce_latency_us,
             "serial_share": serial_share,
             "batched_mbu_factor": batched_mbu_factor,
+            "seq_overhead_us": seq_overhead_us,
+            "attention_score_bytes": attention_score_bytes,
         },
+        engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )
     util, act_tokens, reserved = _memory_settings(
         gpu_memory_utilization, max_num_batched_tokens, reserved_gb, spec_backend
@@ -156,7 +182,13 @@ def cost_model(
         raise ValueError("gpu['interconnect_gb_s'] must be > 0 for tensor_parallel > 1")
     specs = {"model": spec_model, "gpu": spec_gpu, "quant": spec_quant, "kv_dtype": spec_kv}
     constants = cost_constants(
-        specs, tp, eff, gpu_memory_utilization=util, activation_tokens=act_tokens, reserved_gb=reserved
+        specs,
+        tp,
+        eff,
+        gpu_memory_utilization=util,
+        activation_tokens=act_tokens,
+        reserved_gb=reserved,
+        fp16_accumulate=bool(spec_backend and spec_backend["fp16_accumulate"]),
     )
     max_batch = spec_backend["max_batch"] if spec_backend else math.nan
     return CostModel(

@@ -71,6 +71,15 @@ def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
     return np.where(nvlink, nvlink_factor, efficiency_value("tp_mbu_factor_pcie"))
 
 
+def fp16_rate(gpu: Mapping[str, Any], fp16_accumulate: Any) -> Any:
+    """Dense 16-bit tensor rate (TFLOPS) of an engine's GEMMs: ``fp16_acc16_tflops`` where the engine
+    accumulates in fp16 and the GPU lists that rate, else ``fp16_tflops`` (FP32 accumulate)."""
+    acc16 = np.asarray(gpu["fp16_acc16_tflops"], dtype=float)
+    with np.errstate(invalid="ignore"):
+        faster = np.asarray(fp16_accumulate, dtype=bool) & (acc16 > 0)
+    return np.where(faster, acc16, gpu["fp16_tflops"])
+
+
 def cost_constants(
     specs: Mapping[str, Mapping[str, Any]],
     tp: Any,
@@ -79,6 +88,7 @@ def cost_constants(
     gpu_memory_utilization: float,
     activation_tokens: int,
     reserved_gb: Any,
+    fp16_accumulate: Any,
 ) -> dict[str, Any]:
     """The numeric fields of :class:`CostModel` (per GPU) from validated specs and efficiencies.
 
@@ -96,6 +106,9 @@ def cost_constants(
         Tokens of the largest forward pass (activation reserve).
     reserved_gb : float or numpy.ndarray
         Runtime memory outside weights, KV and activations (GB).
+    fp16_accumulate : bool or numpy.ndarray
+        Whether the engine's 16-bit GEMMs accumulate in fp16: they then run at the GPU's
+        ``fp16_acc16_tflops`` where it has one (GeForce cards), else at ``fp16_tflops``.
 
     Returns
     -------
@@ -125,8 +138,10 @@ def cost_constants(
         "allreduce_latency_us": efficiencies["allreduce_latency_us"],
         "serial_share": efficiencies["serial_share"],
         "batched_mbu_factor": efficiencies["batched_mbu_factor"],
+        "seq_overhead_us": efficiencies["seq_overhead_us"],
+        "attention_score_bytes": efficiencies["attention_score_bytes"],
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
-        "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, gpu["fp16_tflops"]),
+        "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
         "weights_bytes": weights,
         "shared_weights_bytes": weights - expert * model["experts"],
@@ -184,7 +199,12 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
     )
     compute_ms = flops / (constants["tflops"] * 1e12 * constants["mfu"]) * 1e3
 
-    overhead_ms = constants["step_overhead_ms"] + 0 * tokens
+    overhead_ms = constants["step_overhead_ms"] + constants["seq_overhead_us"] / 1e3 * n + 0 * tokens
+    if _any(constants["attention_score_bytes"]):
+        # materialised attention scores: written, softmaxed and read back by kernels of their own
+        heads = constants["attention_flops_per_pair"] / (4 * model["head_dim"])
+        scores = constants["attention_score_bytes"] * heads * (decode_kv + pairs)
+        overhead_ms = overhead_ms + scores / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
     tp = constants["tensor_parallel"]
     if isinstance(tp, np.ndarray):
         if tp.max(initial=1) > 1:

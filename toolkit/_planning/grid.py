@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies
+from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
 from toolkit._model.memory import _max_seqs
 from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
 from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL
@@ -96,6 +96,12 @@ def _batch_grids(cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return entry, np.where(pos <= top[entry], np.left_shift(1, pos), cap[entry])
 
 
+def _step_kind(backend: dict[str, Any]) -> tuple:
+    """What sets a backend's step costs beyond the configuration: fp16 accumulation and its
+    all-release efficiency defaults (data/engine_efficiency.csv)."""
+    return bool(backend["fp16_accumulate"]), tuple(sorted(engine_efficiencies(backend["name"]).items()))
+
+
 def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
     """Per backend: its cap on the batch (1 without continuous batching), at most ``grid_max``."""
     limits = []
@@ -159,8 +165,19 @@ def _build_grid(
     fits = (np.isnan(max_context) | (context <= max_context))[mi] & (heads[mi] % tp == 0)
     fits &= (tp == 1) | (interconnect[gi] > 0)
     usable = loads[qi] & ((tp == 1)[:, None] | shards) & fits[:, None]
+    # a configuration served by engines whose steps cost differently (GEMMs accumulating in fp16 or
+    # fp32, their own efficiency defaults) is one row per kind, each usable by its kind of backend
+    keys = [_step_kind(b) for b in backend_specs]
+    kinds = list(dict.fromkeys(keys))
+    kind_of = np.array([kinds.index(k) for k in keys])
+    usable = np.stack([usable & (kind_of == k) for k in range(len(kinds))], axis=1).reshape(-1, len(keys))
+    mi, gi, qi, tp = (np.repeat(a, len(kinds)) for a in (mi, gi, qi, tp))
+    kind = np.tile(np.arange(len(kinds)), mi.size // len(kinds))
     rows = np.flatnonzero(usable.any(axis=1))
-    mi, gi, qi, tp, usable = mi[rows], gi[rows], qi[rows], tp[rows], usable[rows]
+    mi, gi, qi, tp, usable, kind = mi[rows], gi[rows], qi[rows], tp[rows], usable[rows], kind[rows]
+    per_kind = [_efficiencies(dict(calib), {}, dict(engine)) for _, engine in kinds]
+    efficiencies = {name: np.array([e[name] for e in per_kind])[kind][:, None] for name in per_kind[0]}
+    acc16 = np.array([accumulate for accumulate, _ in kinds], dtype=bool)[kind]
 
     model = _columns(models, _MODEL_FIELDS, mi)
     model["tied_embeddings"] = _columns(models, ("tied_embeddings",), mi)["tied_embeddings"].astype(int)
@@ -171,10 +188,11 @@ def _build_grid(
     constants = cost_constants(
         {"model": model, "gpu": gpu, "quant": quant, "kv_dtype": _KV_FP16},
         tp[:, None],
-        _efficiencies(dict(calib), {}),
+        efficiencies,
         gpu_memory_utilization=util,
         activation_tokens=act_tokens,
         reserved_gb=reserved,  # one column per backend
+        fp16_accumulate=acc16[:, None],
     )
     constants.update(model=model, tensor_parallel=tp[:, None])
     kv_cap = _max_seqs(
@@ -211,7 +229,7 @@ def _build_grid(
         backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
         step_table=table,
         ttft_ms=first,
-        prefill_ms=first - constants["request_overhead_ms"],
+        prefill_ms=first - constants["request_overhead_ms"][:, 0],
         gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
         configs={
             "model": names(model_specs, mi),

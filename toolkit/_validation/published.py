@@ -1,6 +1,7 @@
 """The default serving model against published measurements (data/published_measurements.csv).
 
-Each row is predicted from its own conditions with the default efficiencies (no calibration):
+Each row is predicted from its own conditions with the default efficiencies (no calibration): those
+of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/engine_efficiency.csv``.
 
 - ``single`` (one request alone): TTFT is :meth:`CostModel.ttft_ms` of the prompt; ITL/TPOT is one
   decode step at batch 1 (:meth:`CostModel.step_ms`) at the mean context ``input + output / 2``; a
@@ -25,6 +26,7 @@ rate above it); such rows are reported, and left out of :func:`accuracy_summary`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -53,22 +55,44 @@ _CONDITIONS = [
     "load_level",
     "statistic",
 ]
-_IDEAL = {"mbu": 1.0, "mfu": 1.0, "step_overhead_ms": 0.0, "request_overhead_ms": 0.0, "tp_mbu_factor": 1.0}
+_IDEAL = {
+    "mbu": 1.0,
+    "mfu": 1.0,
+    "step_overhead_ms": 0.0,
+    "request_overhead_ms": 0.0,
+    "tp_mbu_factor": 1.0,
+    "seq_overhead_us": 0.0,
+}
 _LATENCY = {"ttft_ms", "itl_ms", "tpot_ms"}
 # requests simulated per closed- or open-loop row (the first 10% are warm-up)
 SIM_REQUESTS = 400
 
 
 def _setup(row: pd.Series) -> tuple:
-    """The hashable deployment of a row: model, gpu, weights, kv_dtype, tensor parallel, engine."""
-    return (row["model"], row["gpu"], row["weights"], row["kv_dtype"], int(row["tensor_parallel"]), row["engine"])
+    """The hashable deployment of a row: model, gpu, weights, kv_dtype, tensor parallel, engine and
+    its release (None where the source gives none)."""
+    version = row["engine_version"]
+    return (
+        row["model"],
+        row["gpu"],
+        row["weights"],
+        row["kv_dtype"],
+        int(row["tensor_parallel"]),
+        row["engine"],
+        None if pd.isna(version) else str(version),
+    )
 
 
 def _cost(setup: tuple, ideal: bool) -> CostModel:
-    model, gpu, weights, kv_dtype, tp, engine = setup
+    model, gpu, weights, kv_dtype, tp, engine, version = setup
     backend = engine if engine in set(backends()["name"]) else None
     extra = {**_IDEAL, "allreduce_latency_us": 0.0} if ideal else {}
-    return cost_model(model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, **extra)
+    release = version if backend else None
+    cm = cost_model(
+        model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, engine_version=release, **extra
+    )
+    # the floor reads at full bandwidth whatever the tensor parallel and interconnect
+    return dataclasses.replace(cm, mbu=1.0) if ideal else cm
 
 
 def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
