@@ -49,11 +49,17 @@ def _one_run() -> dict:
     from toolkit._validation.trust import busy_reason
 
     load_before = os.getloadavg()[0]
+    start = dt.datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory() as tmp:
         run = _measure_local(Path(tmp))
     check = _trust(run)
     out = {
+        "started": start,
         "host_load_1m_before": load_before,
+        # the host measured before the server starts: mbu and mfu are shares of these, so a run whose
+        # copy or GEMM measured faster reports smaller efficiencies for the same server
+        "host_bandwidth_gb_s": _number(run.host["bandwidth_gb_s"].iloc[0]),
+        "host_fp16_tflops": _number(run.host["fp16_tflops"].iloc[0]),
         "host_load_1m_after": os.getloadavg()[0],
         "others_cpu_share": {k: _number(v) for k, v in run.others.items()},
         "busy": busy_reason(run.profile, run.others),

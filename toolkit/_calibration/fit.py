@@ -3,6 +3,12 @@
 
 Bounded least squares of relative residuals, restarted from several corners because max(memory,
 compute) has kinks; standard errors, correlations and the condition number come from the Jacobian.
+
+The requests of one profile wave share its conditions (the host's state, the server's slots), so
+they are not independent observations: the standard errors of a profile's fit are clustered by wave
+(the sandwich estimator of Liang and Zeger, 1986, with clusters the waves), and the larger of that
+and the plain estimate is reported. A run's between-wave spread, which is what moves a fit from one
+run to the next, then shows in its intervals instead of shrinking with the requests per wave.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ def fit(
 
     ``build(**params)`` returns a CostModel; ``names`` are the parameters fitted, the others stay at
     ``defaults``. Returns the parameters, their standard errors (NaN where the data do not constrain
-    a parameter), the relative residuals and the RMS per kind.
+    a parameter; clustered by ``obs["wave"]`` where present, module docstring), the relative
+    residuals and the RMS per kind.
     """
     measured = obs["measured_ms"].to_numpy()
     low = np.array([bounds[n][0] for n in names])
@@ -82,7 +89,8 @@ def fit(
             best = result
     params = params_of(best.x)
     resid = best.fun
-    se, corr, cond = _uncertainty(best.jac, resid, best.x)
+    groups = obs["wave"].to_numpy() if "wave" in obs.columns else None
+    se, corr, cond = _uncertainty(best.jac, resid, best.x, groups)
     sensitive = np.linalg.norm(best.jac, axis=0) > 1e-9
     return {
         "params": params,
@@ -130,10 +138,16 @@ def residuals_at(obs: pd.DataFrame, model: CostModel) -> dict[str, object]:
     }
 
 
-def _uncertainty(jac: np.ndarray, resid: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float, float]:
+def _uncertainty(
+    jac: np.ndarray, resid: np.ndarray, x: np.ndarray, groups: np.ndarray | None = None
+) -> tuple[np.ndarray, float, float]:
     """Linearised standard errors (NaN for a parameter the residuals do not depend on), the largest
     absolute correlation between two fitted parameters, and the condition number of the Jacobian
-    scaled by the parameters (so that units do not count)."""
+    scaled by the parameters (so that units do not count).
+
+    With ``groups`` (one label per residual, more distinct labels than parameters) each standard
+    error is the larger of the plain one and the one clustered by group, and the correlation is the
+    clustered one (module docstring)."""
     n, k = jac.shape
     se = np.full(k, np.nan)
     sensitive = np.linalg.norm(jac, axis=0) > 1e-9
@@ -144,13 +158,35 @@ def _uncertainty(jac: np.ndarray, resid: np.ndarray, x: np.ndarray) -> tuple[np.
     j = jac[:, sensitive]
     sigma2 = float(resid @ resid) / (n - sensitive.sum())
     try:
-        cov = np.linalg.inv(j.T @ j) * sigma2
+        bread = np.linalg.inv(j.T @ j)
     except np.linalg.LinAlgError:
         return se, math.nan, math.inf
-    sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    cov = bread * sigma2
+    variance = np.diag(cov)
+    clustered = _clustered(bread, j, resid, groups)
+    if clustered is not None:
+        cov = clustered
+        variance = np.maximum(variance, np.diag(clustered))
+    sd = np.sqrt(np.clip(variance, 0, None))
     se[sensitive] = sd
     corr = math.nan
-    if sensitive.sum() > 1 and np.all(sd > 0):
-        c = cov / np.outer(sd, sd)
-        corr = float(np.max(np.abs(c[~np.eye(len(sd), dtype=bool)])))
+    own = np.sqrt(np.clip(np.diag(cov), 0, None))
+    if sensitive.sum() > 1 and np.all(own > 0):
+        c = cov / np.outer(own, own)
+        corr = float(np.max(np.abs(c[~np.eye(len(own), dtype=bool)])))
     return se, corr, cond
+
+
+def _clustered(bread: np.ndarray, j: np.ndarray, resid: np.ndarray, groups: np.ndarray | None) -> np.ndarray | None:
+    """The cluster-robust covariance ``G/(G-1) B (sum_g s_g s_g') B`` with ``s_g`` the score
+    ``J_g' r_g`` of group ``g`` and ``B = (J'J)^-1``; None without groups, or with no more groups
+    than parameters (too few to estimate it)."""
+    if groups is None:
+        return None
+    labels, index = np.unique(pd.Series(groups).fillna(-1).to_numpy(), return_inverse=True)
+    g = len(labels)
+    if g <= max(1, j.shape[1]):
+        return None
+    scores = np.zeros((g, j.shape[1]))
+    np.add.at(scores, index, j * resid[:, None])
+    return g / (g - 1) * bread @ (scores.T @ scores) @ bread

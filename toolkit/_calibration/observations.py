@@ -46,7 +46,8 @@ def observations(data: object) -> pd.DataFrame:
 
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
     ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``; from a
-    profile also ``cell`` (``decode``, ``batch``, ``prefill``) and ``prompt_tokens_target``.
+    profile also ``cell`` (``decode``, ``batch``, ``prefill``), ``prompt_tokens_target`` and
+    ``wave`` (the profile's wave number: the fit's standard errors are clustered by it).
     """
     if is_profile(data):
         obs = _from_profile(data)
@@ -159,7 +160,11 @@ def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
         tpot=(df["itl_ms_p50"] if "itl_ms_p50" in df.columns else df["tpot_ms"]).astype(float).fillna(df["tpot_ms"]),
         wave_tokens=df["prompt_tokens"].astype(float) - cached,
         decoding=np.zeros(len(df)),
-        labels={"cell": df["cell"], "prompt_tokens_target": df.get("prompt_tokens_target", df["prompt_tokens"])},
+        labels={
+            "cell": df["cell"],
+            "prompt_tokens_target": df.get("prompt_tokens_target", df["prompt_tokens"]),
+            **({"wave": df["wave"]} if "wave" in df.columns else {}),
+        },
     )
 
 

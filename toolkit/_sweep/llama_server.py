@@ -9,6 +9,19 @@ reused while its checksum matches.
 Weight repacking is off by default (``--no-repack``): on hosts whose CPU flags advertise AMX but whose
 kernel does not enable the tile registers (seen on a Firecracker VM with a Sapphire-Rapids-class Xeon),
 llama.cpp's repacked AMX kernels die with SIGILL during warm-up. ``repack=True`` turns it back on.
+
+The KV cache is unified by default (``--kv-unified``): one buffer shared by every slot. With
+``--parallel`` given and no ``--kv-unified``, llama.cpp keeps one KV stream per slot and splits
+every batch with ``split_equal(sequential=true)`` (``llama_kv_cache::init_batch``,
+``src/llama-kv-cache.cpp``): a micro-batch holds only slots with consecutive ids and equal token
+counts, so a step of sequences in scattered slots (the server picks slots by LRU or prompt
+similarity) runs as several graph computations, each reading the weights, and a new prompt beside
+running decodes always as two. The step time then depends on which slots the requests landed in,
+which no client sees; with a unified cache (``split_simple``) every step is one micro-batch of up to
+``--ubatch-size`` tokens, as the cost model and the simulator assume. On this project's 2-core host
+(Gemma-3-270M, 2026-12-04) a profile's two-sequence decode cell spread 43-60 ms over its repeats
+with per-slot streams and 41.8-42.4 ms with a unified cache. ``kv_unified=False`` restores
+llama.cpp's own default.
 """
 
 from __future__ import annotations
@@ -95,6 +108,10 @@ class LlamaServer:
         Allow llama.cpp's weight repacking (off by default; see the module notes).
     log_path : str, path or None
         Server log file; None puts ``llama-server-<port>.log`` in the cache folder.
+    kv_unified : bool
+        One KV buffer for all slots (``--kv-unified``; module notes), so that every engine step is
+        one micro-batch; False gives each slot its own stream (llama.cpp's default with
+        ``--parallel``).
 
     Returns
     -------
@@ -122,6 +139,7 @@ class LlamaServer:
         repack: bool = False,
         log_path: str | os.PathLike | None = None,
         threads: int | None = None,
+        kv_unified: bool = True,
     ) -> None:
         self.parallel = check_int("parallel", parallel, low=1, high=256)
         per_slot = check_int("ctx_per_slot", ctx_per_slot, low=256, high=131072)
@@ -136,6 +154,9 @@ class LlamaServer:
         self.extra_args = list(extra_args)
         self.startup_timeout_s = check_number("startup_timeout_s", startup_timeout_s, low=0, low_inclusive=False)
         self.repack = bool(repack)
+        if not isinstance(kv_unified, bool):
+            raise ValueError(f"kv_unified must be True or False, got {kv_unified!r}")
+        self.kv_unified = kv_unified
         self.model_path = None if model_path is None else Path(model_path)
         self.log_path = None if log_path is None else Path(log_path)
         self._proc: subprocess.Popen | None = None
@@ -179,6 +200,8 @@ class LlamaServer:
         ]
         if not self.repack:
             args.append("--no-repack")
+        if self.kv_unified:
+            args.append("--kv-unified")
         return args + self.extra_args
 
     def start(self) -> LlamaServer:
