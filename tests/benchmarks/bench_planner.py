@@ -12,7 +12,8 @@ Issue 13's targets, on the README's example (the whole catalog, about 110,000 ca
 ``pareto()`` under 0.3 s; in a fresh process, imports plus the first call under 1 s; the call itself
 under 5 us per candidate; the same question again (warm) under 0.1 s; ``python -m toolkit --help``
 and the command line's answer to the question each under 0.5 s of wall clock (beside the latter, the
-seconds a fresh process spends importing numpy, pandas and scipy.special, its floor). Each figure
+seconds a fresh process spends importing numpy and pandas, its floor, and scipy.special, which the
+planner no longer imports). Each figure
 is the best of a few fresh processes (or calls). The host's load average is
 recorded before and after, and the run is marked ``host_busy`` when it exceeded half the CPUs: a busy
 host inflates every timing, so such figures are upper bounds.
@@ -228,8 +229,9 @@ def main() -> None:
             "cli_import_floor_s": floor,
             "note": (
                 f"README example (whole catalog); fresh processes / calls, best of {RUNS}; "
-                "cli_import_floor_s: what the planning command must import before any work (numpy, pandas, "
-                "scipy.special for the gamma quantiles), in a fresh process"
+                "cli_import_floor_s: what the planning command must import before any work (numpy, pandas), "
+                "in a fresh process, and scipy_special_s, the import the planner no longer makes (its gamma "
+                "functions are toolkit/_planning/gamma.py)"
                 + ("; HOST BUSY (load above half the CPUs): every timing is an upper bound" if busy else "")
             ),
             "host_busy": busy,
