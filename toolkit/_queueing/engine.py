@@ -296,12 +296,7 @@ class _Engine:
                 phase = r.phase
                 if phase == _IDLE:
                     self._wake(r, now)
-                elif (
-                    phase == _RUN
-                    and len(queue) == 1
-                    and len(r.running) < max_batch
-                    and r.kv_used + r.n_dec + prompt[rid] + gen[rid] + slack <= budget  # as _fits
-                ):
+                elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
                     self._truncate(r, now)
                 continue
             now, index, version = heappop(events)
