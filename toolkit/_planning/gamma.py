@@ -33,10 +33,9 @@ def _log_gamma(a: np.ndarray) -> np.ndarray:
 
 def _series(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     """sum_n x^n / (a (a + 1) ... (a + n)), for x < a + 1; elements leave the loop as they converge."""
-    term = 1.0 / a
-    total = term.copy()
+    total = 1.0 / a
     left = np.arange(a.size)
-    aa, xx, tt, ss, den = a, x, term, total.copy(), a.copy()
+    xx, tt, ss, den = x, total.copy(), total.copy(), a.copy()
     for _ in range(_MAX_TERMS):
         den = den + 1
         tt = tt * xx / den
@@ -44,7 +43,7 @@ def _series(a: np.ndarray, x: np.ndarray) -> np.ndarray:
         going = np.abs(tt) >= np.abs(ss) * _EPS
         if not going.all():
             total[left[~going]] = ss[~going]
-            left, aa, xx, tt, ss, den = left[going], aa[going], xx[going], tt[going], ss[going], den[going]
+            left, xx, tt, ss, den = left[going], xx[going], tt[going], ss[going], den[going]
             if not left.size:
                 break
     return total
@@ -124,10 +123,10 @@ def gamma_quantile(probability: float, shape: np.ndarray | float) -> np.ndarray:
     x = np.where(a > 1, large, small)
     log_a1 = np.log(np.maximum(a - 1, _TINY))
     front = np.exp((a - 1) * (log_a1 - 1) - log_gamma_a)
-    # Halley's iteration; an element stops once its step is below 1e-8 of it, after which the
-    # cubic convergence has put its error below double precision (Numerical Recipes' criterion)
-    # a guess below 1e-300 (tiny shapes at tiny probabilities) is returned as 0: there the density
-    # underflows and Halley's step is undefined
+    # A guess below 1e-300 (tiny shapes at tiny probabilities) is returned as 0: there the density
+    # underflows and Halley's step is undefined. Halley's iteration: an element stops once its step
+    # is below 1e-8 of it, after which the cubic convergence has put its error below double
+    # precision (Numerical Recipes' criterion).
     out = np.where(x > _TINY, x, 0.0).ravel()
     left = np.flatnonzero(out)
     xa, aa, ga, la, fa = (np.broadcast_to(v, x.shape).ravel()[left] for v in (x, a, log_gamma_a, log_a1, front))
