@@ -56,7 +56,8 @@ def efficiency_defaults() -> pd.DataFrame:
     -------
     pandas.DataFrame
         Indexed by ``parameter`` (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``,
-        ``tp_mbu_factor``, ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us``, ``attention_score_bytes``, ``reserved_gb``, ``activation_bytes_per_value``,
+        ``tp_mbu_factor``, ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``,
+        ``seq_overhead_us``, ``attention_score_bytes``, ``reserved_gb``, ``activation_bytes_per_value``,
         ``kv_block_tokens``, ``gpu_memory_utilization``, ``max_num_batched_tokens``) with columns
         ``value``, ``unit`` and ``source``. ``efficiency_defaults()["value"]`` is a valid calibration.
     """
