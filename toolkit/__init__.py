@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "compare_with_chimeraforge": "_validation.chimeraforge",
     "accuracy_against_published": "_validation.published",
     "accuracy_summary": "_validation.published",
+    "gpu_reference_check": "_validation.gpu_reference",
     "published_accuracy_chart": "_report.accuracy_chart",
 }
 
