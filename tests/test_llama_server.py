@@ -90,7 +90,8 @@ def test_a_level_does_not_ride_on_the_previous_levels_cache(measured):
 def test_verdict_follows_the_measured_lane_time(measured):
     # How much this CPU batches depends on its load, so the test does not fix the verdict; it
     # recomputes it from the lane rows with the documented rule: summed lane seconds per output
-    # token u at each level, elasticity ln(u_k/u_1)/ln(k), <= 0.3 batching, >= 0.7 queueing.
+    # token u at each level, elasticity ln(u_k/u_1)/ln(k), <= 0.3 batching, >= 0.7 queueing, and
+    # from one run (this sweep has one repeat) inconclusive within 0.05 of either threshold.
     result, _ = measured
     lanes = result.lanes[result.lanes["outcome"] == "ok"]
     per_token = lanes.groupby("in_flight")["llm_s"].sum() / lanes.groupby("in_flight")["output_tokens"].sum()
@@ -99,6 +100,8 @@ def test_verdict_follows_the_measured_lane_time(measured):
     for k in LIMITS[1:]:
         e = math.log(per_token.loc[k] / per_token.loc[1]) / math.log(k)
         expected = "batching" if e <= 0.3 else "queueing" if e >= 0.7 else "mixed"
+        if any(abs(e - threshold) < 0.05 for threshold in (0.3, 0.7)):
+            expected = "inconclusive"
         assert verdicts.loc[k] == expected, (k, e)
 
 
