@@ -249,7 +249,8 @@ def resolve_kv_dtype(kv_dtype: object) -> dict[str, Any]:
 
 def resolve_backend(backend: object) -> dict[str, Any]:
     """Return one serving backend as a dict (``name``, ``continuous_batching``, ``max_batch``,
-    ``reserved_gb``, ``fp16_accumulate``: whether its 16-bit GEMMs accumulate in fp16, default False)."""
+    ``reserved_gb``, ``fp16_accumulate``: whether its 16-bit GEMMs accumulate in fp16, default False;
+    ``kv_free_fraction``: the share of the memory free after loading its KV cache takes, NaN for none)."""
     spec = _resolve("backend", backend, "backends.csv", _BACKEND_FIELDS)
     spec["continuous_batching"] = bool(spec.get("continuous_batching", True))
     accumulate = spec.get("fp16_accumulate", False)
@@ -257,4 +258,7 @@ def resolve_backend(backend: object) -> dict[str, Any]:
         raise ValueError(f"backend['fp16_accumulate'] must be True or False, got {accumulate!r}")
     spec["fp16_accumulate"] = bool(accumulate)
     _optional_number("backend", spec, "max_batch", math.nan, low=1.0)
+    _optional_number("backend", spec, "kv_free_fraction", math.nan, low=0.0)
+    if spec["kv_free_fraction"] > 1:
+        raise ValueError(f"backend['kv_free_fraction'] must be in [0, 1] or blank, got {spec['kv_free_fraction']!r}")
     return spec

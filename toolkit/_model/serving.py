@@ -114,8 +114,9 @@ def cost_model(
     step_overhead_ms, request_overhead_ms : float, optional
         Fixed cost per engine step and per request (ms, >= 0).
     backend : str or spec, optional
-        Serving backend: its ``reserved_gb``, ``max_batch`` and ``fp16_accumulate`` (16-bit GEMMs
-        at the GPU's FP16-accumulate rate) apply.
+        Serving backend: its ``reserved_gb``, ``max_batch``, ``fp16_accumulate`` (16-bit GEMMs
+        at the GPU's FP16-accumulate rate) and ``kv_free_fraction`` (a KV cache sized as a share of
+        the memory free after loading, in place of ``gpu_memory_utilization``) apply.
     gpu_memory_utilization : float, optional
         Fraction of GPU memory the engine may use (default 0.9).
     max_num_batched_tokens : int, optional
@@ -189,6 +190,7 @@ def cost_model(
         activation_tokens=act_tokens,
         reserved_gb=reserved,
         fp16_accumulate=bool(spec_backend and spec_backend["fp16_accumulate"]),
+        kv_free_fraction=spec_backend["kv_free_fraction"] if spec_backend else math.nan,
     )
     max_batch = spec_backend["max_batch"] if spec_backend else math.nan
     return CostModel(

@@ -89,6 +89,7 @@ def cost_constants(
     activation_tokens: int,
     reserved_gb: Any,
     fp16_accumulate: Any,
+    kv_free_fraction: Any = np.nan,
 ) -> dict[str, Any]:
     """The numeric fields of :class:`CostModel` (per GPU) from validated specs and efficiencies.
 
@@ -109,6 +110,9 @@ def cost_constants(
     fp16_accumulate : bool or numpy.ndarray
         Whether the engine's 16-bit GEMMs accumulate in fp16: they then run at the GPU's
         ``fp16_acc16_tflops`` where it has one (GeForce cards), else at ``fp16_tflops``.
+    kv_free_fraction : float or numpy.ndarray
+        The backend's share of the memory free after weights, runtime and activations given to its
+        KV cache (TensorRT-LLM); NaN where the KV cache is what ``gpu_memory_utilization`` leaves.
 
     Returns
     -------
@@ -126,6 +130,7 @@ def cost_constants(
         gpu_memory_utilization=gpu_memory_utilization,
         reserved_gb=reserved_gb,
         activation_tokens=activation_tokens,
+        kv_free_fraction=kv_free_fraction,
     )
     block = int(efficiency_value("kv_block_tokens"))
     fp8 = gpu["fp8_tflops"]
