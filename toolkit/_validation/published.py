@@ -13,9 +13,13 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
   batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each decode step
   of that batch at the mean context is followed by the ``batch x input / output`` prompt tokens
-  that keep it full, prefilled in separate steps of ``max_num_batched_tokens`` (at that step's cost
-  per token), as engines without chunked prefill (TensorRT-LLM's default) schedule them. With ``load_level`` set (static batching): one prefill of the whole batch, then
-  ``output`` steps of the batch.
+  that keep it full, prefilled in separate steps of ``max_num_batched_tokens``, as engines without
+  chunked prefill (TensorRT-LLM's default) schedule them. A step holds as many whole prompts as fit
+  (it reads the weights once, and each prompt's tokens attend only to that prompt: the step's
+  memory and overhead parts for all its tokens, its compute part that many times one prompt's); a
+  prompt longer than the step is prefilled in chunks, each attending to the chunks before it. With
+  ``load_level`` set (static batching): one prefill of the whole batch, then ``output`` steps of the
+  batch.
 - ``kv_capacity``: :attr:`CostModel.kv_budget_tokens`.
 
 Rows without fixed input/output lengths or with a model or GPU outside the catalogs get no prediction
@@ -38,6 +42,7 @@ from toolkit._data import load_csv
 from toolkit._model.catalog import backends
 from toolkit._model.cost import CostModel
 from toolkit._model.serving import cost_model
+from toolkit._model.terms import combine, step_parts
 
 __all__ = ["accuracy_against_published", "accuracy_summary"]
 
@@ -105,13 +110,26 @@ def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
     return cm.step_ms(1, (isl or 0) + osl / 2)  # itl_ms, tpot_ms
 
 
+def _prefill_ms_per_token(cm: CostModel, prompt: int) -> float:
+    """Prefill time per prompt token when prompts of ``prompt`` tokens fill steps of
+    ``max_num_batched_tokens``: whole prompts packed into one step (one read of the weights, each
+    prompt attending to itself), or one prompt in chunks when it is longer than a step."""
+    full = cm.max_num_batched_tokens
+    if prompt >= full:
+        starts = np.arange(0, prompt, full)
+        return float(np.sum(cm.step_ms(0, 0, np.minimum(full, prompt - starts), starts))) / prompt
+    k = full // prompt
+    constants = vars(cm)
+    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, k * prompt, 0)
+    compute_ms = step_parts(constants, 0, 0, prompt, 0)[1]
+    return float(combine(constants, memory_ms, k * compute_ms, overhead_ms)) / (k * prompt)
+
+
 def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -> float:
     if math.isnan(batch):  # the engine picks the batch: steady continuous batching
         batch = min(float(cm.max_concurrent_seqs(int(isl + osl))), cm.max_batch)
-        full = cm.max_num_batched_tokens  # prompts prefill in their own full-size steps
-        prefill_ms_per_token = cm.step_ms(0, 0, full) / full
         decode_ms = cm.step_ms(batch, batch * (isl + osl / 2))
-        out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * prefill_ms_per_token)
+        out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * _prefill_ms_per_token(cm, int(isl)))
     else:  # static batching: the whole batch prefills, then decodes every token together
         prefill = cm.step_ms(0, 0, batch * isl) + cm.request_overhead_ms
         decode = np.sum(cm.step_ms(batch, batch * (isl + np.arange(int(osl)))))
