@@ -71,6 +71,14 @@ def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
     return np.where(nvlink, nvlink_factor, efficiency_value("tp_mbu_factor_pcie"))
 
 
+def allreduce_bandwidth(interconnect_gb_s: Any) -> Any:
+    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: the interconnect's on NVLink-class GPUs
+    (``interconnect_gb_s`` >= ``nvlink_min_gb_s``), ``allreduce_bw_efficiency_pcie`` of it on
+    PCIe-only cards (efficiency.csv)."""
+    nvlink = np.asarray(interconnect_gb_s) >= efficiency_value("nvlink_min_gb_s")
+    return interconnect_gb_s * np.where(nvlink, 1.0, efficiency_value("allreduce_bw_efficiency_pcie"))
+
+
 def fp16_rate(gpu: Mapping[str, Any], fp16_accumulate: Any) -> Any:
     """Dense 16-bit tensor rate (TFLOPS) of an engine's GEMMs: ``fp16_acc16_tflops`` where the engine
     accumulates in fp16 and the GPU lists that rate, else ``fp16_tflops`` (FP32 accumulate)."""
@@ -148,6 +156,7 @@ def cost_constants(
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
+        "allreduce_gb_s": allreduce_bandwidth(gpu["interconnect_gb_s"]),
         "weights_bytes": weights,
         "shared_weights_bytes": weights - expert * model["experts"],
         "expert_bytes": expert,
@@ -222,10 +231,10 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
 
 def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
     """The 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
-    step's activations."""
+    step's activations at the all-reduce's bus bandwidth."""
     model, tp = constants["model"], constants["tensor_parallel"]
     message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
-    ring_ms = 2 * (tp - 1) / tp * message / (constants["interconnect_gb_s"] * 1e9) * 1e3
+    ring_ms = 2 * (tp - 1) / tp * message / (constants["allreduce_gb_s"] * 1e9) * 1e3
     return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
 
 
