@@ -93,6 +93,18 @@ def test_tensor_parallel_over_pcie_and_over_nvlink():
     assert overhead == pytest.approx(0.5 + 160 * (ring_ms + 0.010), rel=1e-9)
 
 
+def test_gguf_weights_stream_at_their_read_efficiency_under_llamacpp():
+    # Llama-3.1-8B Q4_K_M on an RTX 4090 under llama.cpp: 8.0303e9 x 4.89 / 8 B of weights read at
+    # weight_read_efficiency 0.75 of llama.cpp's MBU 0.85, plus one token of KV written
+    # (2 x 8 x 128 x 2 B x 32 layers), over 1,008 GB/s
+    cm = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "q4_k_m", backend="llamacpp")
+    assert cm.mbu == pytest.approx(0.85) and cm.weight_read_efficiency == pytest.approx(0.75)
+    read = 8.0303e9 * 4.89 / 8 / 0.75 + 2 * 8 * 128 * 2 * 32
+    assert float(cm.step_terms(1, 0)["memory_ms"]) == pytest.approx(read / (1008e9 * 0.85) * 1e3, rel=1e-9)
+    # 16-bit weights read at the full MBU
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp").weight_read_efficiency == 1.0
+
+
 def test_moe_decode_reads_more_experts_as_the_batch_grows():
     cm = toolkit.cost_model("Mixtral-8x7B", "H100 SXM", "fp8", tensor_parallel=2)
     # one expert over all layers: 3 x 4,096 x 14,336 x 32 = 5.637e9 params, 1 byte each, / 2 GPUs

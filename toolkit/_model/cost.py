@@ -55,6 +55,8 @@ class CostModel:
         links, ``allreduce_bw_efficiency_pcie`` of it over PCIe (efficiency.csv).
     weights_bytes, shared_weights_bytes, expert_bytes : float
         Weights per GPU; of which shared (non-expert); one expert's weights over all layers.
+    weight_read_efficiency : float
+        Share of ``mbu`` the weights are read at (the format's; 1 for plain 16- and 8-bit weights).
     kv_bytes_per_token, kv_layer_bytes : float
         KV bytes per token per GPU (every layer), and per layer.
     active_params : float
@@ -93,6 +95,7 @@ class CostModel:
     weights_bytes: float
     shared_weights_bytes: float
     expert_bytes: float
+    weight_read_efficiency: float
     kv_bytes_per_token: float
     kv_layer_bytes: float
     active_params: float

@@ -233,12 +233,18 @@ def resolve_model(model: object) -> dict[str, Any]:
 
 
 def resolve_quant(quant: object) -> dict[str, Any]:
-    """Return one weight format as a dict (``name``, ``bits_per_weight``, ``compute``)."""
+    """Return one weight format as a dict (``name``, ``bits_per_weight``, ``compute``,
+    ``weight_read_efficiency``: the share of MBU its weights are read at, default 1)."""
     spec = _resolve("quant", quant, "quantizations.csv", _QUANT_FIELDS)
     compute = spec.get("compute", "fp16")
     if compute not in ("fp16", "fp8"):
         raise ValueError(f"quant['compute'] must be 'fp16' or 'fp8', got {compute!r}")
     spec["compute"] = compute
+    _optional_number("quant", spec, "weight_read_efficiency", 1.0, low=0.0)
+    if not 0 < spec["weight_read_efficiency"] <= 1:
+        raise ValueError(
+            f"quant['weight_read_efficiency'] must be in (0, 1] or blank, got {spec['weight_read_efficiency']!r}"
+        )
     return spec
 
 

@@ -34,7 +34,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
   traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
-  FP8 rate where it has one.
+  FP8 rate where it has one. A format's ``weight_read_efficiency`` (quantizations.csv; 1 unless set)
+  divides its weights' share of the memory read: GGUF block formats are unpacked by dequantizing
+  mat-vec kernels that stream below the bandwidth a 16-bit read reaches.
 
 ``ttft_ms`` is one prefill step of the uncached prompt plus ``request_overhead_ms``: compute-bound
 for long prompts, never faster than reading the weights once. The decode step of a batch of ``b``

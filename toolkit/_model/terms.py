@@ -158,6 +158,7 @@ def cost_constants(
         "interconnect_gb_s": gpu["interconnect_gb_s"],
         "allreduce_gb_s": allreduce_bandwidth(gpu["interconnect_gb_s"]),
         "weights_bytes": weights,
+        "weight_read_efficiency": quant["weight_read_efficiency"],
         "shared_weights_bytes": weights - expert * model["experts"],
         "expert_bytes": expert,
         "kv_bytes_per_token": layer_bytes * model["layers"],
@@ -201,7 +202,10 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
         share = model["experts_per_token"] / _greater(experts, 1)
         touched = experts * (1 - (1 - share) ** tokens)
         weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
-    read = weights + constants["kv_layer_bytes"] * (decode_kv + context_kv + model["layers"] * tokens)
+    # weights in a dequantized format stream at weight_read_efficiency of the step's bandwidth
+    read = weights / constants["weight_read_efficiency"] + constants["kv_layer_bytes"] * (
+        decode_kv + context_kv + model["layers"] * tokens
+    )
     # a step of two or more tokens reads at batched_mbu_factor x mbu (exactly mbu when the factor is 1)
     mbu = constants["mbu"] * (1 + (constants["batched_mbu_factor"] - 1) * (tokens >= 2))
     memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3

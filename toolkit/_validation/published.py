@@ -97,7 +97,8 @@ def _cost(setup: tuple, ideal: bool) -> CostModel:
         model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, engine_version=release, **extra
     )
     # the floor reads at full bandwidth whatever the tensor parallel and all-reduces at the link's rate
-    return dataclasses.replace(cm, mbu=1.0, allreduce_gb_s=cm.interconnect_gb_s) if ideal else cm
+    full = {"mbu": 1.0, "allreduce_gb_s": cm.interconnect_gb_s, "weight_read_efficiency": 1.0}
+    return dataclasses.replace(cm, **full) if ideal else cm
 
 
 def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
