@@ -9,7 +9,9 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
   ``prefill_tok_s`` (pp N) is ``N`` over the prompt's TTFT less the request overhead (llama-bench
   times the engine alone).
 - ``closed`` / ``open``: :func:`toolkit.simulate` at that concurrency or request rate, the row's
-  statistic (mean or median) of TTFT or TPOT, or its output tokens/s.
+  statistic (mean or median) of TTFT or TPOT, or its output tokens/s. The simulated engine takes
+  steps of the cost model's ``max_num_batched_tokens`` and runs at most the backend's ``max_batch``
+  sequences (TensorRT-LLM, without one: as many as a step can decode, and the KV cache holds).
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
   batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each decode step
   of that batch at the mean context is followed by the ``batch x input / output`` prompt tokens
@@ -149,7 +151,24 @@ def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float) -> pd.
 
     cm = _cost(setup, False)
     load = {"concurrency": int(level)} if mode == "closed" else {"arrival_rate": level}
-    result = simulate(None, None, None, isl, osl, SIM_REQUESTS, cost=cm, progress=False, **load)
+    # the engine's own scheduling limits: steps of the max_num_batched_tokens its memory was sized for,
+    # and its cap on running sequences, or where it has none (TensorRT-LLM) as many as those steps
+    # can decode (the KV cache bounds them too), not simulate()'s defaults (256 and 2,048)
+    budget = cm.max_num_batched_tokens
+    batch = int(min(cm.max_batch, budget))
+    result = simulate(
+        None,
+        None,
+        None,
+        isl,
+        osl,
+        SIM_REQUESTS,
+        cost=cm,
+        progress=False,
+        max_batch=batch,
+        max_num_batched_tokens=budget,
+        **load,
+    )
     return result.summary.iloc[0]
 
 
