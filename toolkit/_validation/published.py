@@ -20,8 +20,8 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
   (it reads the weights once, and each prompt's tokens attend only to that prompt: the step's
   memory and overhead parts for all its tokens, its compute part that many times one prompt's); a
   prompt longer than the step is prefilled in chunks, each attending to the chunks before it. With
-  ``load_level`` set (static batching): one prefill of the whole batch, then ``output`` steps of the
-  batch.
+  ``load_level`` set (static batching): one prefill of the whole batch (its prompts packed in one
+  step, each attending to itself), then ``output`` steps of the batch.
 - ``kv_capacity``: :attr:`CostModel.kv_budget_tokens`.
 
 Rows without fixed input/output lengths or with a model or GPU outside the catalogs get no prediction
@@ -113,19 +113,26 @@ def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
     return cm.step_ms(1, (isl or 0) + osl / 2)  # itl_ms, tpot_ms
 
 
+def _packed_prefill_ms(cm: CostModel, prompt: int, prompts: int) -> float:
+    """One step prefilling ``prompts`` whole prompts of ``prompt`` tokens: the weights read once
+    (memory and overhead parts of all the step's tokens) and each prompt attending only to itself
+    (its compute part ``prompts`` times one prompt's)."""
+    constants = vars(cm)
+    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, prompts * prompt, 0)
+    compute_ms = step_parts(constants, 0, 0, prompt, 0)[1]
+    return float(combine(constants, memory_ms, prompts * compute_ms, overhead_ms))
+
+
 def _prefill_ms_per_token(cm: CostModel, prompt: int) -> float:
     """Prefill time per prompt token when prompts of ``prompt`` tokens fill steps of
-    ``max_num_batched_tokens``: whole prompts packed into one step (one read of the weights, each
-    prompt attending to itself), or one prompt in chunks when it is longer than a step."""
+    ``max_num_batched_tokens``: whole prompts packed into one step, or one prompt in chunks, each
+    attending to the chunks before it, when it is longer than a step."""
     full = cm.max_num_batched_tokens
     if prompt >= full:
         starts = np.arange(0, prompt, full)
         return float(np.sum(cm.step_ms(0, 0, np.minimum(full, prompt - starts), starts))) / prompt
     k = full // prompt
-    constants = vars(cm)
-    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, k * prompt, 0)
-    compute_ms = step_parts(constants, 0, 0, prompt, 0)[1]
-    return float(combine(constants, memory_ms, k * compute_ms, overhead_ms)) / (k * prompt)
+    return _packed_prefill_ms(cm, prompt, k) / (k * prompt)
 
 
 def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -> float:
@@ -134,7 +141,7 @@ def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -
         decode_ms = cm.step_ms(batch, batch * (isl + osl / 2))
         out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * _prefill_ms_per_token(cm, int(isl)))
     else:  # static batching: the whole batch prefills, then decodes every token together
-        prefill = cm.step_ms(0, 0, batch * isl) + cm.request_overhead_ms
+        prefill = _packed_prefill_ms(cm, int(isl), int(batch)) + cm.request_overhead_ms
         decode = np.sum(cm.step_ms(batch, batch * (isl + np.arange(int(osl)))))
         out_tok_s = batch * osl * 1000 / (prefill + decode)
     if metric == "total_tok_s":
