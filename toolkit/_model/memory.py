@@ -227,11 +227,11 @@ def memory(
     pandas.DataFrame
         One row: ``model``, ``gpu``, ``quant``, ``kv_dtype``, ``backend``, ``context_tokens``,
         ``tensor_parallel``, ``gpu_memory_utilization``, ``memory_gb`` (capacity of one GPU),
-        ``usable_gb`` (what the engine takes: weights, activations, runtime and KV), ``weights_gb``, ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per
-        GPU, 1e9 bytes), ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks),
-        ``kv_budget_tokens`` (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs``
-        (KV-bound), ``fits`` (at least one sequence fits and ``context_tokens`` is within the model's
-        maximum context).
+        ``usable_gb`` (what the engine takes: weights, activations, runtime and KV), ``weights_gb``,
+        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes),
+        ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks), ``kv_budget_tokens``
+        (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs`` (KV-bound), ``fits`` (at
+        least one sequence fits and ``context_tokens`` is within the model's maximum context).
     """
     spec_model = resolve_model(model)
     spec_gpu = resolve_gpu(gpu)
