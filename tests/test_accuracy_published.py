@@ -48,6 +48,24 @@ def test_single_request_itl_is_the_weights_and_kv_over_the_bandwidth():
     assert out.loc[0, "abs_err"] == pytest.approx(abs(expected / 10.0 - 1))
 
 
+def test_offline_prompts_share_a_prefill_step_but_attend_only_to_themselves():
+    from toolkit._validation.published import _packed_prefill_ms, _prefill_ms_per_token
+
+    cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "fp16", backend="vllm")
+    # 8,192-token steps hold 64 prompts of 128 tokens. Compute: 2 x (8.0303e9 - 128,256 x 4,096 x 2)
+    # FLOPs per token for the 8,192 tokens, plus 64 prompts x 128 x 129 / 2 causal pairs x 32 layers
+    # x 4 x 32 heads x 128; at 989.4 TFLOPS x 0.5. Memory (16.0606 GB of weights and 8,192 tokens of
+    # KV written, 131,072 B each, at 3,350 GB/s x 0.7) is far below; plus the 0.5 ms step overhead.
+    flops = 2 * (8.0303e9 - 128_256 * 4_096 * 2) * 8_192 + 64 * 128 * 129 / 2 * 32 * 4 * 32 * 128
+    expected = (flops / (989.4e12 * 0.5) * 1e3 + 0.5) / 8_192
+    assert _prefill_ms_per_token(cm, 128) == pytest.approx(expected, rel=1e-9)
+    # a static batch of 64 such prompts prefills in that one step
+    assert _packed_prefill_ms(cm, 128, 64) == pytest.approx(expected * 8_192, rel=1e-9)
+    # a 20,000-token prompt: chunks of 8,192, 8,192 and 3,616 tokens after 0, 8,192 and 16,384 of context
+    chunks = cm.step_ms(0, 0, 8_192, 0) + cm.step_ms(0, 0, 8_192, 8_192) + cm.step_ms(0, 0, 3_616, 16_384)
+    assert _prefill_ms_per_token(cm, 20_000) == pytest.approx(chunks / 20_000, rel=1e-12)
+
+
 def test_the_split_is_respected():
     table = _table({"id": "a", "split": "dev"}, {"id": "b", "split": "holdout"}, {"id": "c", "split": "dev"})
     assert list(toolkit.accuracy_against_published(table, split="dev")["id"]) == ["a", "c"]

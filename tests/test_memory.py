@@ -149,6 +149,24 @@ def test_memory_columns_units_and_fit():
     assert not row["fits"] and row["max_concurrent_seqs"] == 0 and row["kv_budget_tokens"] == 0
 
 
+def test_trtllm_kv_cache_is_a_fraction_of_the_memory_left_after_loading():
+    # TensorRT-LLM gives its KV cache kv_free_fraction (0.9) of what is free once loaded, where vLLM's
+    # budget is what 0.9 x memory leaves. Llama-3.1-70B FP8 on one H100 at 4,224 tokens: weights
+    # 70.5537 GB, runtime 1.0 GB, activations 4,224 x (8,192 + 3 x 28,672) x 2 B = 0.795869 GB;
+    # free 85.90 - 70.5537 - 1.0 - 0.795869 = 13.550431 GB, x 0.9 = 12.195388 GB; FP8 KV is
+    # 2 x 8 x 128 x 80 = 163,840 B/token: 74,434.5 tokens, 74,432 in whole 16-token blocks.
+    trt = toolkit.memory("Llama-3.1-70B", "H100 SXM", "fp8", 4224, kv_dtype="fp8", backend="trtllm").iloc[0]
+    assert trt["kv_budget_gb"] == pytest.approx(12.195388, abs=1e-6)
+    assert trt["kv_budget_tokens"] == 74_432
+    assert trt["usable_gb"] == pytest.approx(70.5537 + 1.0 + 0.795869 + 12.195388, abs=1e-6)
+    # vLLM: 0.9 x 85.90 - 70.5537 - 1.0 - 0.795869 = 4.960431 GB
+    vllm = toolkit.memory("Llama-3.1-70B", "H100 SXM", "fp8", 4224, kv_dtype="fp8", backend="vllm").iloc[0]
+    assert vllm["kv_budget_gb"] == pytest.approx(4.960431, abs=1e-6)
+    cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "fp8", kv_dtype="fp8", backend="trtllm")
+    # the cost model reserves activations for its 8,192-token forward pass: 1.543503872 GB
+    assert cm.kv_budget_bytes == pytest.approx(0.9 * (85.90e9 - 70.5537e9 - 1.0e9 - 1.543503872e9))
+
+
 def test_tensor_parallel_splits_weights_and_kv():
     one = toolkit.memory("Llama-3.1-70B", "H100 SXM", "bf16", 4096, tensor_parallel=4).iloc[0]
     # per GPU: weights 141.1074 / 4 = 35.2769 GB; KV 8 heads / 4 = 2 per GPU -> 2 x 80 x 2 x 128 x 2 B

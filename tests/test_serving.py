@@ -75,12 +75,34 @@ def test_tensor_parallel_all_reduce_term():
     assert cm.weights_bytes == pytest.approx(141.1074e9 / 4)
 
 
-def test_tensor_parallel_over_pcie_keeps_less_bandwidth_than_over_nvlink():
-    # L40S (32 GB/s PCIe, below the 100 GB/s NVLink threshold): 0.7 x 0.7^2 = 0.343 at TP 4;
-    # A100 80GB (300 GB/s NVLink): 0.7 x 0.8 = 0.56 at TP 2; one GPU keeps the full 0.7 either way
-    assert toolkit.cost_model("Llama-3.1-70B", "L40S", "fp8", tensor_parallel=4).mbu == pytest.approx(0.343)
-    assert toolkit.cost_model("Llama-3.1-70B", "A100 80GB", "bf16", tensor_parallel=2).mbu == pytest.approx(0.56)
+def test_tensor_parallel_over_pcie_and_over_nvlink():
+    # L40S (32 GB/s PCIe, below the 100 GB/s NVLink threshold): MBU 0.7 x 0.9^2 = 0.567 at TP 4, and
+    # its all-reduce reaches 0.5 x 32 = 16 GB/s; A100 80GB (300 GB/s NVLink): 0.7 x 0.8 = 0.56 at TP 2,
+    # all-reduce at the link's 300 GB/s; one GPU keeps the full 0.7 either way
+    pcie = toolkit.cost_model("Llama-3.1-70B", "L40S", "fp8", tensor_parallel=4)
+    assert pcie.mbu == pytest.approx(0.567)
+    assert pcie.allreduce_gb_s == pytest.approx(16.0)
+    nvlink = toolkit.cost_model("Llama-3.1-70B", "A100 80GB", "bf16", tensor_parallel=2)
+    assert nvlink.mbu == pytest.approx(0.56)
+    assert nvlink.allreduce_gb_s == pytest.approx(300.0)
     assert toolkit.cost_model("Llama-3.1-8B", "L40S", "bf16").mbu == pytest.approx(0.7)
+    # the ring transfer of an 8,192-token step on the L40S TP 4: 2 x 3/4 x 8,192 x 8,192 x 2 B / 16e9 B/s
+    # = 12.58 ms per all-reduce, 160 of them (2 per layer), plus 10 us latency each
+    ring_ms = 2 * 3 / 4 * 8_192 * 8_192 * 2 / 16e9 * 1e3
+    overhead = float(pcie.step_terms(0, 0, 8_192)["overhead_ms"])
+    assert overhead == pytest.approx(0.5 + 160 * (ring_ms + 0.010), rel=1e-9)
+
+
+def test_gguf_weights_stream_at_their_read_efficiency_under_llamacpp():
+    # Llama-3.1-8B Q4_K_M on an RTX 4090 under llama.cpp: 8.0303e9 x 4.89 / 8 B of weights read at
+    # weight_read_efficiency 0.75 of llama.cpp's MBU 0.85, plus one token of KV written
+    # (2 x 8 x 128 x 2 B x 32 layers), over 1,008 GB/s
+    cm = toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "q4_k_m", backend="llamacpp")
+    assert cm.mbu == pytest.approx(0.85) and cm.weight_read_efficiency == pytest.approx(0.75)
+    read = 8.0303e9 * 4.89 / 8 / 0.75 + 2 * 8 * 128 * 2 * 32
+    assert float(cm.step_terms(1, 0)["memory_ms"]) == pytest.approx(read / (1008e9 * 0.85) * 1e3, rel=1e-9)
+    # 16-bit weights read at the full MBU
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "fp16", backend="llamacpp").weight_read_efficiency == 1.0
 
 
 def test_moe_decode_reads_more_experts_as_the_batch_grows():

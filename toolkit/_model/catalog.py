@@ -103,6 +103,8 @@ def backends() -> pd.DataFrame:
     pandas.DataFrame
         ``name``, ``continuous_batching`` (bool), ``max_batch`` (default cap on concurrently decoded
         sequences, NaN = only the KV cache limits it), ``reserved_gb`` (runtime memory outside
-        weights, KV and activations, 1e9 bytes), ``source``.
+        weights, KV and activations, 1e9 bytes), ``fp16_accumulate``, ``kv_free_fraction`` (share of
+        the memory free after loading that the KV cache takes, NaN = what ``gpu_memory_utilization``
+        leaves), ``source``.
     """
     return load_csv("backends.csv")

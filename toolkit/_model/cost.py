@@ -50,8 +50,13 @@ class CostModel:
         fused kernel (0: fused), added after the step's roofline.
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
+    allreduce_gb_s : float
+        Bus bandwidth a tensor-parallel all-reduce reaches: ``interconnect_gb_s`` over NVLink-class
+        links, ``allreduce_bw_efficiency_pcie`` of it over PCIe (efficiency.csv).
     weights_bytes, shared_weights_bytes, expert_bytes : float
         Weights per GPU; of which shared (non-expert); one expert's weights over all layers.
+    weight_read_efficiency : float
+        Share of ``mbu`` the weights are read at (the format's; 1 for plain 16- and 8-bit weights).
     kv_bytes_per_token, kv_layer_bytes : float
         KV bytes per token per GPU (every layer), and per layer.
     active_params : float
@@ -86,9 +91,11 @@ class CostModel:
     bandwidth_gb_s: float
     tflops: float
     interconnect_gb_s: float
+    allreduce_gb_s: float
     weights_bytes: float
     shared_weights_bytes: float
     expert_bytes: float
+    weight_read_efficiency: float
     kv_bytes_per_token: float
     kv_layer_bytes: float
     active_params: float

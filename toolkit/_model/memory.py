@@ -9,6 +9,12 @@ The budget, per GPU::
     weights     = params * bits_per_weight / 8 / tensor_parallel
     activation  = activation_tokens * (hidden + 3 * intermediate * k / tensor_parallel) * 2 bytes
     kv_budget   = usable - weights - reserved - activation
+                  (or kv_free_fraction x (memory - weights - reserved - activation))
+
+The second form is a backend's whose ``kv_free_fraction`` is set (``data/backends.csv``): TensorRT-LLM
+loads the engine first and gives its KV cache a fraction of the memory then still free, so a model that
+nearly fills the GPU still gets most of the rest, where vLLM's ``gpu_memory_utilization`` caps the
+total and leaves the KV cache only what is left under that cap.
 
 ``activation`` is the peak of one forward pass over ``activation_tokens`` tokens: the residual stream
 (hidden) plus the MLP's gate, up and activated buffers (3 x intermediate, times the k routed experts of
@@ -137,22 +143,31 @@ def _budget(
     gpu_memory_utilization: float,
     reserved_gb: float,
     activation_tokens: float,
+    kv_free_fraction: Any = math.nan,
 ) -> dict[str, float]:
-    """Per-GPU byte budget (the one place the memory arithmetic lives)."""
+    """Per-GPU byte budget (the one place the memory arithmetic lives). ``kv_free_fraction`` (NaN:
+    none; a number or an array, NaN where none): the KV cache takes that fraction of the memory free
+    after weights, runtime and activations, in place of what ``gpu_memory_utilization`` leaves."""
     tp = tensor_parallel
     act_bytes = efficiency_value("activation_bytes_per_value")
     routed = np.maximum(model["experts_per_token"], 1)
-    usable = gpu["memory_gb"] * 1e9 * gpu_memory_utilization
+    memory = gpu["memory_gb"] * 1e9
     weights = model["params_b"] * 1e9 * quant["bits_per_weight"] / 8 / tp
     per_token_act = (model["hidden_size"] + 3 * model["intermediate_size"] * routed / tp) * act_bytes
     activation = activation_tokens * per_token_act
     reserved = reserved_gb * 1e9
+    taken = weights + reserved + activation
+    capped = memory * gpu_memory_utilization - taken
+    if isinstance(kv_free_fraction, np.ndarray):
+        kv_budget = np.where(np.isnan(kv_free_fraction), capped, kv_free_fraction * (memory - taken))
+    else:
+        kv_budget = capped if math.isnan(kv_free_fraction) else kv_free_fraction * (memory - taken)
     return {
-        "usable": usable,
+        "usable": taken + kv_budget,
         "weights": weights,
         "activation": activation,
         "reserved": reserved,
-        "kv_budget": usable - weights - reserved - activation,
+        "kv_budget": kv_budget,
         "kv_layer_bytes": _kv_layer_bytes(model, kv, tp),
     }
 
@@ -198,7 +213,9 @@ def memory(
     kv_dtype : str or spec
         KV-cache format.
     backend : str or spec, optional
-        Serving backend whose ``reserved_gb`` replaces the default runtime reservation.
+        Serving backend whose ``reserved_gb`` replaces the default runtime reservation; one with a
+        ``kv_free_fraction`` (TensorRT-LLM) sizes its KV cache as that fraction of the memory left
+        after weights, runtime and activations, and ``gpu_memory_utilization`` does not apply.
     max_num_batched_tokens : int, optional
         Tokens in the largest forward pass, which sizes the activation reserve; default
         ``context_tokens`` (one whole prompt). A chunked-prefill engine profiles its token budget.
@@ -210,11 +227,11 @@ def memory(
     pandas.DataFrame
         One row: ``model``, ``gpu``, ``quant``, ``kv_dtype``, ``backend``, ``context_tokens``,
         ``tensor_parallel``, ``gpu_memory_utilization``, ``memory_gb`` (capacity of one GPU),
-        ``usable_gb``, ``weights_gb``, ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per
-        GPU, 1e9 bytes), ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks),
-        ``kv_budget_tokens`` (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs``
-        (KV-bound), ``fits`` (at least one sequence fits and ``context_tokens`` is within the model's
-        maximum context).
+        ``usable_gb`` (what the engine takes: weights, activations, runtime and KV), ``weights_gb``,
+        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes),
+        ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks), ``kv_budget_tokens``
+        (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs`` (KV-bound), ``fits`` (at
+        least one sequence fits and ``context_tokens`` is within the model's maximum context).
     """
     spec_model = resolve_model(model)
     spec_gpu = resolve_gpu(gpu)
@@ -248,6 +265,7 @@ def memory(
         gpu_memory_utilization=util,
         reserved_gb=reserved,
         activation_tokens=act_tokens,
+        kv_free_fraction=spec_backend["kv_free_fraction"] if spec_backend else math.nan,
     )
     seq_bytes = float(_seq_kv_bytes(spec_model, budget["kv_layer_bytes"], np.array([context]), block)[0])
     max_seqs = int(_max_seqs(spec_model, budget, np.array([context]), block)[0])

@@ -233,12 +233,18 @@ def resolve_model(model: object) -> dict[str, Any]:
 
 
 def resolve_quant(quant: object) -> dict[str, Any]:
-    """Return one weight format as a dict (``name``, ``bits_per_weight``, ``compute``)."""
+    """Return one weight format as a dict (``name``, ``bits_per_weight``, ``compute``,
+    ``weight_read_efficiency``: the share of MBU its weights are read at, default 1)."""
     spec = _resolve("quant", quant, "quantizations.csv", _QUANT_FIELDS)
     compute = spec.get("compute", "fp16")
     if compute not in ("fp16", "fp8"):
         raise ValueError(f"quant['compute'] must be 'fp16' or 'fp8', got {compute!r}")
     spec["compute"] = compute
+    _optional_number("quant", spec, "weight_read_efficiency", 1.0, low=0.0)
+    if not 0 < spec["weight_read_efficiency"] <= 1:
+        raise ValueError(
+            f"quant['weight_read_efficiency'] must be in (0, 1] or blank, got {spec['weight_read_efficiency']!r}"
+        )
     return spec
 
 
@@ -249,7 +255,8 @@ def resolve_kv_dtype(kv_dtype: object) -> dict[str, Any]:
 
 def resolve_backend(backend: object) -> dict[str, Any]:
     """Return one serving backend as a dict (``name``, ``continuous_batching``, ``max_batch``,
-    ``reserved_gb``, ``fp16_accumulate``: whether its 16-bit GEMMs accumulate in fp16, default False)."""
+    ``reserved_gb``, ``fp16_accumulate``: whether its 16-bit GEMMs accumulate in fp16, default False;
+    ``kv_free_fraction``: the share of the memory free after loading its KV cache takes, NaN for none)."""
     spec = _resolve("backend", backend, "backends.csv", _BACKEND_FIELDS)
     spec["continuous_batching"] = bool(spec.get("continuous_batching", True))
     accumulate = spec.get("fp16_accumulate", False)
@@ -257,4 +264,7 @@ def resolve_backend(backend: object) -> dict[str, Any]:
         raise ValueError(f"backend['fp16_accumulate'] must be True or False, got {accumulate!r}")
     spec["fp16_accumulate"] = bool(accumulate)
     _optional_number("backend", spec, "max_batch", math.nan, low=1.0)
+    _optional_number("backend", spec, "kv_free_fraction", math.nan, low=0.0)
+    if spec["kv_free_fraction"] > 1:
+        raise ValueError(f"backend['kv_free_fraction'] must be in [0, 1] or blank, got {spec['kv_free_fraction']!r}")
     return spec

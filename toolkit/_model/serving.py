@@ -25,14 +25,18 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
-  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s``.
+  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s`` (NVLink) or
+  ``allreduce_bw_efficiency_pcie`` of it (PCIe: NCCL's all-reduce bus bandwidth stays well under the
+  link's peak there).
 * ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
   stop checks, scheduling) that grows with the batch.
 * ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
   attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
   traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
-  FP8 rate where it has one.
+  FP8 rate where it has one. A format's ``weight_read_efficiency`` (quantizations.csv; 1 unless set)
+  divides its weights' share of the memory read: GGUF block formats are unpacked by dequantizing
+  mat-vec kernels that stream below the bandwidth a 16-bit read reaches.
 
 ``ttft_ms`` is one prefill step of the uncached prompt plus ``request_overhead_ms``: compute-bound
 for long prompts, never faster than reading the weights once. The decode step of a batch of ``b``
@@ -114,8 +118,9 @@ def cost_model(
     step_overhead_ms, request_overhead_ms : float, optional
         Fixed cost per engine step and per request (ms, >= 0).
     backend : str or spec, optional
-        Serving backend: its ``reserved_gb``, ``max_batch`` and ``fp16_accumulate`` (16-bit GEMMs
-        at the GPU's FP16-accumulate rate) apply.
+        Serving backend: its ``reserved_gb``, ``max_batch``, ``fp16_accumulate`` (16-bit GEMMs
+        at the GPU's FP16-accumulate rate) and ``kv_free_fraction`` (a KV cache sized as a share of
+        the memory free after loading, in place of ``gpu_memory_utilization``) apply.
     gpu_memory_utilization : float, optional
         Fraction of GPU memory the engine may use (default 0.9).
     max_num_batched_tokens : int, optional
@@ -189,6 +194,7 @@ def cost_model(
         activation_tokens=act_tokens,
         reserved_gb=reserved,
         fp16_accumulate=bool(spec_backend and spec_backend["fp16_accumulate"]),
+        kv_free_fraction=spec_backend["kv_free_fraction"] if spec_backend else math.nan,
     )
     max_batch = spec_backend["max_batch"] if spec_backend else math.nan
     return CostModel(

@@ -71,6 +71,14 @@ def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
     return np.where(nvlink, nvlink_factor, efficiency_value("tp_mbu_factor_pcie"))
 
 
+def allreduce_bandwidth(interconnect_gb_s: Any) -> Any:
+    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: the interconnect's on NVLink-class GPUs
+    (``interconnect_gb_s`` >= ``nvlink_min_gb_s``), ``allreduce_bw_efficiency_pcie`` of it on
+    PCIe-only cards (efficiency.csv)."""
+    nvlink = np.asarray(interconnect_gb_s) >= efficiency_value("nvlink_min_gb_s")
+    return interconnect_gb_s * np.where(nvlink, 1.0, efficiency_value("allreduce_bw_efficiency_pcie"))
+
+
 def fp16_rate(gpu: Mapping[str, Any], fp16_accumulate: Any) -> Any:
     """Dense 16-bit tensor rate (TFLOPS) of an engine's GEMMs: ``fp16_acc16_tflops`` where the engine
     accumulates in fp16 and the GPU lists that rate, else ``fp16_tflops`` (FP32 accumulate)."""
@@ -89,6 +97,7 @@ def cost_constants(
     activation_tokens: int,
     reserved_gb: Any,
     fp16_accumulate: Any,
+    kv_free_fraction: Any = np.nan,
 ) -> dict[str, Any]:
     """The numeric fields of :class:`CostModel` (per GPU) from validated specs and efficiencies.
 
@@ -109,6 +118,9 @@ def cost_constants(
     fp16_accumulate : bool or numpy.ndarray
         Whether the engine's 16-bit GEMMs accumulate in fp16: they then run at the GPU's
         ``fp16_acc16_tflops`` where it has one (GeForce cards), else at ``fp16_tflops``.
+    kv_free_fraction : float or numpy.ndarray
+        The backend's share of the memory free after weights, runtime and activations given to its
+        KV cache (TensorRT-LLM); NaN where the KV cache is what ``gpu_memory_utilization`` leaves.
 
     Returns
     -------
@@ -126,6 +138,7 @@ def cost_constants(
         gpu_memory_utilization=gpu_memory_utilization,
         reserved_gb=reserved_gb,
         activation_tokens=activation_tokens,
+        kv_free_fraction=kv_free_fraction,
     )
     block = int(efficiency_value("kv_block_tokens"))
     fp8 = gpu["fp8_tflops"]
@@ -143,7 +156,9 @@ def cost_constants(
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
+        "allreduce_gb_s": allreduce_bandwidth(gpu["interconnect_gb_s"]),
         "weights_bytes": weights,
+        "weight_read_efficiency": quant["weight_read_efficiency"],
         "shared_weights_bytes": weights - expert * model["experts"],
         "expert_bytes": expert,
         "kv_bytes_per_token": layer_bytes * model["layers"],
@@ -187,7 +202,10 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
         share = model["experts_per_token"] / _greater(experts, 1)
         touched = experts * (1 - (1 - share) ** tokens)
         weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
-    read = weights + constants["kv_layer_bytes"] * (decode_kv + context_kv + model["layers"] * tokens)
+    # weights in a dequantized format stream at weight_read_efficiency of the step's bandwidth
+    read = weights / constants["weight_read_efficiency"] + constants["kv_layer_bytes"] * (
+        decode_kv + context_kv + model["layers"] * tokens
+    )
     # a step of two or more tokens reads at batched_mbu_factor x mbu (exactly mbu when the factor is 1)
     mbu = constants["mbu"] * (1 + (constants["batched_mbu_factor"] - 1) * (tokens >= 2))
     memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
@@ -217,10 +235,10 @@ def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) ->
 
 def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
     """The 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
-    step's activations."""
+    step's activations at the all-reduce's bus bandwidth."""
     model, tp = constants["model"], constants["tensor_parallel"]
     message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
-    ring_ms = 2 * (tp - 1) / tp * message / (constants["interconnect_gb_s"] * 1e9) * 1e3
+    ring_ms = 2 * (tp - 1) / tp * message / (constants["allreduce_gb_s"] * 1e9) * 1e3
     return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
 
 

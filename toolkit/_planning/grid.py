@@ -182,9 +182,10 @@ def _build_grid(
     model = _columns(models, _MODEL_FIELDS, mi)
     model["tied_embeddings"] = _columns(models, ("tied_embeddings",), mi)["tied_embeddings"].astype(int)
     gpu = _columns(gpus, _GPU_FIELDS, gi)
-    quant = _columns(quants, ("bits_per_weight", "compute"), qi)
+    quant = _columns(quants, ("bits_per_weight", "compute", "weight_read_efficiency"), qi)
     util, act_tokens, _ = _memory_settings(None, None, None, None)
     reserved = np.array([b["reserved_gb"] for b in backend_specs], dtype=float)
+    kv_fraction = np.array([b["kv_free_fraction"] for b in backend_specs], dtype=float)
     constants = cost_constants(
         {"model": model, "gpu": gpu, "quant": quant, "kv_dtype": _KV_FP16},
         tp[:, None],
@@ -193,6 +194,7 @@ def _build_grid(
         activation_tokens=act_tokens,
         reserved_gb=reserved,  # one column per backend
         fp16_accumulate=acc16[:, None],
+        kv_free_fraction=kv_fraction,  # one column per backend
     )
     constants.update(model=model, tensor_parallel=tp[:, None])
     kv_cap = _max_seqs(

@@ -9,13 +9,19 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
   ``prefill_tok_s`` (pp N) is ``N`` over the prompt's TTFT less the request overhead (llama-bench
   times the engine alone).
 - ``closed`` / ``open``: :func:`toolkit.simulate` at that concurrency or request rate, the row's
-  statistic (mean or median) of TTFT or TPOT, or its output tokens/s.
+  statistic (mean or median) of TTFT or TPOT, or its output tokens/s. The simulated engine takes
+  steps of the cost model's ``max_num_batched_tokens`` and runs at most the backend's ``max_batch``
+  sequences (TensorRT-LLM, without one: as many as a step can decode, and the KV cache holds).
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
   batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each decode step
   of that batch at the mean context is followed by the ``batch x input / output`` prompt tokens
-  that keep it full, prefilled in separate steps of ``max_num_batched_tokens`` (at that step's cost
-  per token), as engines without chunked prefill (TensorRT-LLM's default) schedule them. With ``load_level`` set (static batching): one prefill of the whole batch, then
-  ``output`` steps of the batch.
+  that keep it full, prefilled in separate steps of ``max_num_batched_tokens``, as engines without
+  chunked prefill (TensorRT-LLM's default) schedule them. A step holds as many whole prompts as fit
+  (it reads the weights once, and each prompt's tokens attend only to that prompt: the step's
+  memory and overhead parts for all its tokens, its compute part that many times one prompt's); a
+  prompt longer than the step is prefilled in chunks, each attending to the chunks before it. With
+  ``load_level`` set (static batching): one prefill of the whole batch (its prompts packed in one
+  step, each attending to itself), then ``output`` steps of the batch.
 - ``kv_capacity``: :attr:`CostModel.kv_budget_tokens`.
 
 Rows without fixed input/output lengths or with a model or GPU outside the catalogs get no prediction
@@ -38,6 +44,7 @@ from toolkit._data import load_csv
 from toolkit._model.catalog import backends
 from toolkit._model.cost import CostModel
 from toolkit._model.serving import cost_model
+from toolkit._model.terms import combine, step_parts
 
 __all__ = ["accuracy_against_published", "accuracy_summary"]
 
@@ -91,8 +98,9 @@ def _cost(setup: tuple, ideal: bool) -> CostModel:
     cm = cost_model(
         model, gpu, weights, tensor_parallel=tp, kv_dtype=kv_dtype, backend=backend, engine_version=release, **extra
     )
-    # the floor reads at full bandwidth whatever the tensor parallel and interconnect
-    return dataclasses.replace(cm, mbu=1.0) if ideal else cm
+    # the floor reads at full bandwidth whatever the tensor parallel and all-reduces at the link's rate
+    full = {"mbu": 1.0, "allreduce_gb_s": cm.interconnect_gb_s, "weight_read_efficiency": 1.0}
+    return dataclasses.replace(cm, **full) if ideal else cm
 
 
 def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
@@ -105,15 +113,35 @@ def _single(cm: CostModel, metric: str, isl: float, osl: float) -> float:
     return cm.step_ms(1, (isl or 0) + osl / 2)  # itl_ms, tpot_ms
 
 
+def _packed_prefill_ms(cm: CostModel, prompt: int, prompts: int) -> float:
+    """One step prefilling ``prompts`` whole prompts of ``prompt`` tokens: the weights read once
+    (memory and overhead parts of all the step's tokens) and each prompt attending only to itself
+    (its compute part ``prompts`` times one prompt's)."""
+    constants = vars(cm)
+    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, prompts * prompt, 0)
+    compute_ms = step_parts(constants, 0, 0, prompt, 0)[1]
+    return float(combine(constants, memory_ms, prompts * compute_ms, overhead_ms))
+
+
+def _prefill_ms_per_token(cm: CostModel, prompt: int) -> float:
+    """Prefill time per prompt token when prompts of ``prompt`` tokens fill steps of
+    ``max_num_batched_tokens``: whole prompts packed into one step, or one prompt in chunks, each
+    attending to the chunks before it, when it is longer than a step."""
+    full = cm.max_num_batched_tokens
+    if prompt >= full:
+        starts = np.arange(0, prompt, full)
+        return float(np.sum(cm.step_ms(0, 0, np.minimum(full, prompt - starts), starts))) / prompt
+    k = full // prompt
+    return _packed_prefill_ms(cm, prompt, k) / (k * prompt)
+
+
 def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -> float:
     if math.isnan(batch):  # the engine picks the batch: steady continuous batching
         batch = min(float(cm.max_concurrent_seqs(int(isl + osl))), cm.max_batch)
-        full = cm.max_num_batched_tokens  # prompts prefill in their own full-size steps
-        prefill_ms_per_token = cm.step_ms(0, 0, full) / full
         decode_ms = cm.step_ms(batch, batch * (isl + osl / 2))
-        out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * prefill_ms_per_token)
+        out_tok_s = batch * 1000 / (decode_ms + batch * isl / osl * _prefill_ms_per_token(cm, int(isl)))
     else:  # static batching: the whole batch prefills, then decodes every token together
-        prefill = cm.step_ms(0, 0, batch * isl) + cm.request_overhead_ms
+        prefill = _packed_prefill_ms(cm, int(isl), int(batch)) + cm.request_overhead_ms
         decode = np.sum(cm.step_ms(batch, batch * (isl + np.arange(int(osl)))))
         out_tok_s = batch * osl * 1000 / (prefill + decode)
     if metric == "total_tok_s":
@@ -130,7 +158,24 @@ def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float) -> pd.
 
     cm = _cost(setup, False)
     load = {"concurrency": int(level)} if mode == "closed" else {"arrival_rate": level}
-    result = simulate(None, None, None, isl, osl, SIM_REQUESTS, cost=cm, progress=False, **load)
+    # the engine's own scheduling limits: steps of the max_num_batched_tokens its memory was sized for,
+    # and its cap on running sequences, or where it has none (TensorRT-LLM) as many as those steps
+    # can decode (the KV cache bounds them too), not simulate()'s defaults (256 and 2,048)
+    budget = cm.max_num_batched_tokens
+    batch = int(min(cm.max_batch, budget))
+    result = simulate(
+        None,
+        None,
+        None,
+        isl,
+        osl,
+        SIM_REQUESTS,
+        cost=cm,
+        progress=False,
+        max_batch=batch,
+        max_num_batched_tokens=budget,
+        **load,
+    )
     return result.summary.iloc[0]
 
 
