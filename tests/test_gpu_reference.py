@@ -55,7 +55,7 @@ def test_default_model_against_the_h200(check):
 
 
 def test_efficiencies_reach_the_prediction(check):
-    slower = tk.gpu_reference_check(mbu=0.35)
+    slower = tk.gpu_reference_check(calibration={"mbu": 0.35})
     decode = check["kind"] == "decode"
     # halving MBU doubles the memory term of every decode step
     assert np.allclose(slower.loc[decode, "memory_ms"], 2 * check.loc[decode, "memory_ms"])

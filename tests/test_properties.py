@@ -222,7 +222,7 @@ NOT_NUMERIC: dict[str, str] = {
     "measure_host": "measures this machine, no argument",
     "accuracy": "takes two DataFrames",
     "compare_with_chimeraforge": "a fixed comparison table, no argument",
-    "gpu_reference_check": "a fixed comparison table; its keyword arguments are cost_model's, checked there",
+    "gpu_reference_check": "a fixed comparison table; its calibration is cost_model's, checked there",
     "accuracy_against_published": "takes a DataFrame or path; a bad split is a ValueError (test_the_split_is_respected)",
     "accuracy_summary": "takes a DataFrame",
     "model_from_hf_config": "takes a config mapping or path; each bad field is a ValueError (test_hf_config.py)",

@@ -18,14 +18,15 @@ __all__ = ["gpu_reference_check"]
 _STEPS = ("prefill", "decode", "mixed")
 
 
-def gpu_reference_check(**efficiencies: float) -> pd.DataFrame:
+def gpu_reference_check(calibration: object = None) -> pd.DataFrame:
     """Predict every engine step measured on this project's H200 and compare.
 
     Parameters
     ----------
-    **efficiencies : float
-        Keyword arguments of :func:`toolkit.cost_model` (``mbu=``, ``serial_share=``, ``backend=``,
-        ...) for the cost model of Llama-3.1-8B on an H200 in bf16; none: the defaults.
+    calibration : dict, Series or one-row DataFrame, optional
+        Tunable efficiencies replacing the defaults (``mbu``, ``mfu``, ``serial_share``, ...), as
+        :func:`toolkit.cost_model` takes them, for Llama-3.1-8B on an H200 in bf16; None: the
+        defaults.
 
     Returns
     -------
@@ -36,7 +37,7 @@ def gpu_reference_check(**efficiencies: float) -> pd.DataFrame:
         ``measured_ms``, ``predicted_ms``, ``memory_ms`` and ``compute_ms`` (the model's two
         roofline terms), ``error`` (predicted / measured - 1).
     """
-    cm = cost_model("Llama-3.1-8B", "H200", "bf16", **efficiencies)
+    cm = cost_model("Llama-3.1-8B", "H200", "bf16", calibration=calibration)
     data = load_csv("gpu_reference_h200.csv")
     steps = data[data["kind"].isin(_STEPS)].reset_index(drop=True)
     seqs = steps["decode_seqs"].astype(int)
