@@ -280,8 +280,8 @@ class _StepByStepClock:
     def __init__(self, cost, kv_high):
         self.f = cost.step_ms
 
-    def step(self, n, kv, p, c):
-        return float(self.f(n, kv, p, c)) / 1e3
+    def step_ms(self, n, kv, p, c):
+        return float(self.f(n, kv, p, c))
 
     def run(self, n, kv, k):
         return float(np.sum(self.f(n, kv + n * np.arange(k)))) / 1e3

@@ -9,13 +9,12 @@ import heapq
 import math
 import sys
 from collections import deque
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from toolkit._model.cost import CostModel
-from toolkit._model.terms import step_time
+from toolkit._model.terms import step_formula
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -28,15 +27,16 @@ _TICK_MASK = _TICK - 1
 
 
 class _Clock:
-    """Step durations in seconds from the cost object: mixed steps one call each, decode runs from a
-    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A :class:`CostModel`'s step
-    formula is called without its argument checks: the engine's counts are valid by construction."""
+    """Step durations from the cost object: ``step_ms`` of a mixed step (ms, one call each), decode
+    runs in seconds from a piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A
+    :class:`CostModel`'s step formula is bound once and called without its argument checks: the
+    engine's counts are valid by construction."""
 
     def __init__(self, cost: Any, kv_high: int):
-        self._step_ms = partial(step_time, vars(cost)) if isinstance(cost, CostModel) else cost.step_ms
-        # one step: the engine's counts are Python ints, which the step formula takes as it takes
+        self._step_ms = step_formula(vars(cost))[2] if isinstance(cost, CostModel) else cost.step_ms
+        # one step in ms: the engine's counts are Python ints, which the step formula takes as it takes
         # floats (every product stays far below 2**53, so the values are the same)
-        self._one_step = (
+        self.step_ms = (
             self._step_ms
             if isinstance(cost, CostModel)
             else lambda n, kv, p, c: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
@@ -48,9 +48,6 @@ class _Clock:
         fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
         self._fits[n] = fit
         return fit
-
-    def step(self, n: int, kv: int, p: int, c: int) -> float:
-        return self._one_step(n, kv, p, c) / 1e3
 
     def run(self, n: int, kv: int, k: int) -> float:
         fit = self._fits.get(n) or self._fit(n)
@@ -248,7 +245,7 @@ class _Engine:
         )
         replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
         events, reps, clock = self.events, self.reps, self.clock
-        step_s, run_s = clock.step, clock.run
+        step_ms, run_s = clock.step_ms, clock.run
         heappush, heappop = heapq.heappush, heapq.heappop
         overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
         token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
@@ -401,7 +398,7 @@ class _Engine:
             if chunked:
                 r.phase = _STEP
                 r.chunked = chunked
-                dt = step_s(n_dec, r.kv_dec, p_tokens, p_context)
+                dt = step_ms(n_dec, r.kv_dec, p_tokens, p_context) / 1e3
             elif n_dec:
                 heap = r.heap
                 while heap[0][2] != epoch[heap[0][1]]:
