@@ -238,6 +238,11 @@ class _Engine:
         finish, first tokens, completions) and plans its next one (preemptions, prefill chunks and
         admissions in the step's token budget, then a mixed step or the longest run of decode steps
         that nothing can interrupt). Both parts are written out inline: they run once per event.
+
+        A replica's next event that comes before the next arrival is handled at once, without the
+        event heap: with a queue per replica, nothing but an arrival can change what a replica does,
+        and no replica reads another's state except at an arrival. (A shared queue is read by every
+        replica, so there each event goes through the heap.)
         """
         v = self._views
         prompt, output, arrival, admit_t, first_t, finish_t = (
@@ -261,12 +266,12 @@ class _Engine:
             next_issue = min(concurrency, n)
             self.arrival[:next_issue] = 0.0
         ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
-        now = 0.0
+        now = last = 0.0  # the time of the last entry popped or arrival; of the last event processed inline
         while True:
             te = events[0][0] if events else inf
             if ta <= te:
                 if ta == inf:
-                    return now
+                    return max(now, last)
                 now = ta
                 rid = next_arrival
                 next_arrival += 1
@@ -300,116 +305,123 @@ class _Engine:
             r = reps[index]
             if version != r.version:
                 continue
-
-            # ---- end the phase that just finished
-            phase = r.phase
-            if phase != _WAKE:
-                r.busy_s += now - r.t_start
-                n_dec = r.n_dec
-                if phase == _RUN:
-                    k = r.run_steps
-                    steps = r.steps = r.steps + k
-                    r.kv_dec += n_dec * k
-                    r.kv_used += n_dec * k
-                else:
-                    steps = r.steps = r.steps + 1
-                    r.kv_dec += n_dec
-                    r.kv_used += n_dec
-                    prefill = r.prefill
-                    for i in range(r.chunked):
-                        entry = prefill[i]
-                        entry[1] -= entry[3]
-                        entry[2] += entry[3]
-                    r.chunked = 0
-                heap = r.heap
-                completed = 0
-                while heap and heap[0][0] <= steps:
-                    _, rid, ep = heappop(heap)
-                    if ep != epoch[rid]:
-                        continue
-                    kv = kv_join[rid] + steps - joined[rid]
-                    r.n_dec -= 1
-                    r.kv_dec -= kv
-                    r.kv_used -= kv + slack
-                    gen[rid] = output[rid]
-                    del r.running[rid]
-                    finish_t[rid] = now
-                    completed += 1
-                if phase == _STEP:
-                    while prefill and prefill[0][1] == 0:
-                        rid, _, kv, _ = prefill.popleft()
-                        g = gen[rid] + 1
-                        gen[rid] = g
-                        if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
-                            first_t[rid] = now
-                        if g >= output[rid]:
-                            r.kv_used -= kv + slack
-                            del r.running[rid]
-                            finish_t[rid] = now
-                            completed += 1
+            while True:  # this replica's events, as long as they come before the next arrival
+                # ---- end the phase that just finished
+                phase = r.phase
+                if phase != _WAKE:
+                    r.busy_s += now - r.t_start
+                    n_dec = r.n_dec
+                    if phase == _RUN:
+                        k = r.run_steps
+                        steps = r.steps = r.steps + k
+                        r.kv_dec += n_dec * k
+                        r.kv_used += n_dec * k
+                    else:
+                        steps = r.steps = r.steps + 1
+                        r.kv_dec += n_dec
+                        r.kv_used += n_dec
+                        prefill = r.prefill
+                        for i in range(r.chunked):
+                            entry = prefill[i]
+                            entry[1] -= entry[3]
+                            entry[2] += entry[3]
+                        r.chunked = 0
+                    heap = r.heap
+                    completed = 0
+                    while heap and heap[0][0] <= steps:
+                        _, rid, ep = heappop(heap)
+                        if ep != epoch[rid]:
                             continue
-                        r.running[rid] = True
-                        joined[rid] = steps
-                        kv_join[rid] = kv
-                        heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
-                        r.n_dec += 1
-                        r.kv_dec += kv
-                if closed and completed:  # their clients send their next requests now
-                    for rid in range(next_issue, min(next_issue + completed, n)):
-                        arrival[rid] = now
-                        next_issue = rid + 1
-                    ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+                        kv = kv_join[rid] + steps - joined[rid]
+                        r.n_dec -= 1
+                        r.kv_dec -= kv
+                        r.kv_used -= kv + slack
+                        gen[rid] = output[rid]
+                        del r.running[rid]
+                        finish_t[rid] = now
+                        completed += 1
+                    if phase == _STEP:
+                        while prefill and prefill[0][1] == 0:
+                            rid, _, kv, _ = prefill.popleft()
+                            g = gen[rid] + 1
+                            gen[rid] = g
+                            if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
+                                first_t[rid] = now
+                            if g >= output[rid]:
+                                r.kv_used -= kv + slack
+                                del r.running[rid]
+                                finish_t[rid] = now
+                                completed += 1
+                                continue
+                            r.running[rid] = True
+                            joined[rid] = steps
+                            kv_join[rid] = kv
+                            heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
+                            r.n_dec += 1
+                            r.kv_dec += kv
+                    if closed and completed:  # their clients send their next requests now
+                        for rid in range(next_issue, min(next_issue + completed, n)):
+                            arrival[rid] = now
+                            next_issue = rid + 1
+                        ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
 
-            # ---- plan the next step (or run of decode steps) from now
-            while r.kv_used + r.n_dec > budget:
-                self._preempt(r, now)
-            n_dec = r.n_dec
-            room = token_budget - n_dec
-            p_tokens = p_context = chunked = 0
-            for entry in r.prefill:
-                if room <= 0:
+                # ---- plan the next step (or run of decode steps) from now
+                while r.kv_used + r.n_dec > budget:
+                    self._preempt(r, now)
+                n_dec = r.n_dec
+                room = token_budget - n_dec
+                p_tokens = p_context = chunked = 0
+                for entry in r.prefill:
+                    if room <= 0:
+                        break
+                    chunk = entry[1] if entry[1] < room else room
+                    entry[3] = chunk
+                    chunked += 1
+                    p_tokens += chunk
+                    p_context += entry[2]
+                    room -= chunk
+                queue, running = r.queue, r.running
+                head = queue[0] if shared and queue else None
+                while queue and room > 0 and len(running) < max_batch:
+                    rid = queue[0]
+                    need = prompt[rid] + gen[rid]
+                    if r.kv_used + n_dec + need + slack > budget:
+                        break
+                    queue.popleft()
+                    running[rid] = False
+                    r.kv_used += need + slack
+                    if admit_t[rid] != admit_t[rid]:  # NaN: first admission
+                        admit_t[rid] = now
+                    replica_of[rid] = index
+                    chunk = need if need < room else room
+                    r.prefill.append([rid, need, 0, chunk])
+                    chunked += 1
+                    p_tokens += chunk
+                    room -= chunk
+                if shared and queue and queue[0] != head:
+                    self._offer(queue[0], now, source=r)  # a new head another replica may take
+                if chunked:
+                    r.phase = _STEP
+                    r.chunked = chunked
+                    dt = step_ms(n_dec, r.kv_dec, p_tokens, p_context) / 1e3
+                elif n_dec:
+                    heap = r.heap
+                    while heap[0][2] != epoch[heap[0][1]]:
+                        heappop(heap)
+                    k = min(heap[0][0] - r.steps, (budget - r.kv_used) // n_dec, run_cap)
+                    r.phase = _RUN
+                    r.run_steps = k
+                    dt = run_s(n_dec, r.kv_dec, k)
+                else:
+                    r.phase = _IDLE
+                    if now > last:
+                        last = now
                     break
-                chunk = entry[1] if entry[1] < room else room
-                entry[3] = chunk
-                chunked += 1
-                p_tokens += chunk
-                p_context += entry[2]
-                room -= chunk
-            queue, running = r.queue, r.running
-            head = queue[0] if shared and queue else None
-            while queue and room > 0 and len(running) < max_batch:
-                rid = queue[0]
-                need = prompt[rid] + gen[rid]
-                if r.kv_used + n_dec + need + slack > budget:
-                    break
-                queue.popleft()
-                running[rid] = False
-                r.kv_used += need + slack
-                if admit_t[rid] != admit_t[rid]:  # NaN: first admission
-                    admit_t[rid] = now
-                replica_of[rid] = index
-                chunk = need if need < room else room
-                r.prefill.append([rid, need, 0, chunk])
-                chunked += 1
-                p_tokens += chunk
-                room -= chunk
-            if shared and queue and queue[0] != head:
-                self._offer(queue[0], now, source=r)  # a new head another replica may take
-            if chunked:
-                r.phase = _STEP
-                r.chunked = chunked
-                dt = step_ms(n_dec, r.kv_dec, p_tokens, p_context) / 1e3
-            elif n_dec:
-                heap = r.heap
-                while heap[0][2] != epoch[heap[0][1]]:
-                    heappop(heap)
-                k = min(heap[0][0] - r.steps, (budget - r.kv_used) // n_dec, run_cap)
-                r.phase = _RUN
-                r.run_steps = k
-                dt = run_s(n_dec, r.kv_dec, k)
-            else:
-                r.phase = _IDLE
-                continue
-            r.t_start = now
-            r.version = version = r.version + 1
-            heappush(events, (now + dt, index, version))
+                r.t_start = now
+                end = now + dt
+                if end < ta and not shared:  # nothing reaches this replica first: go on with its next event
+                    now = end
+                    continue
+                r.version = version = r.version + 1
+                heappush(events, (end, index, version))
+                break
