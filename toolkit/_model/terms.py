@@ -35,13 +35,17 @@ def _any(value: Any) -> bool:
 
 
 def _lesser(a: Any, b: Any) -> Any:
-    """Elementwise minimum."""
-    return min(a, b) if type(a) is not _ARRAY and type(b) is not _ARRAY else np.minimum(a, b)
+    """Elementwise minimum (of two numbers: ``min(a, b)``, without the builtin's argument parsing)."""
+    if type(a) is not _ARRAY and type(b) is not _ARRAY:
+        return b if b < a else a
+    return np.minimum(a, b)
 
 
 def _greater(a: Any, b: Any) -> Any:
-    """Elementwise maximum."""
-    return max(a, b) if type(a) is not _ARRAY and type(b) is not _ARRAY else np.maximum(a, b)
+    """Elementwise maximum (of two numbers: ``max(a, b)``, without the builtin's argument parsing)."""
+    if type(a) is not _ARRAY and type(b) is not _ARRAY:
+        return b if b > a else a
+    return np.maximum(a, b)
 
 
 def weight_terms(model: Mapping[str, Any], quant: Mapping[str, Any], tp: Any) -> tuple[Any, Any, Any, Any]:

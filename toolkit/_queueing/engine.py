@@ -181,7 +181,9 @@ class _Engine:
         if k < r.run_steps:
             r.run_steps = k
             r.version += 1
-            end = max(r.t_start + seconds, t)
+            end = r.t_start + seconds
+            if t > end:
+                end = t
             heapq.heappush(self.events, (end, r.index, r.version))
 
     def _offer(self, rid: int, t: float, source: _Replica | None = None) -> None:
@@ -402,7 +404,13 @@ class _Engine:
                 elif n_dec:
                     while heap[0][2] != epoch[heap[0][1]]:
                         heappop(heap)
-                    k = min(heap[0][0] - steps, (budget - kv_used) // n_dec, run_cap)
+                    # the steps to the next completion, at most those the KV cache holds, at most run_cap
+                    k = heap[0][0] - steps
+                    fill = (budget - kv_used) // n_dec
+                    if fill < k:
+                        k = fill
+                    if run_cap < k:
+                        k = run_cap
                     phase = _RUN
                     r.run_steps = k
                     r.fit = fit = fits.get(n_dec) or new_fit(n_dec)
