@@ -279,17 +279,21 @@ class _StepByStepClock:
 
     def __init__(self, cost, kv_high):
         self.f = cost.step_ms
+        self.fits = {}
 
-    def step(self, n, kv, p, c):
-        return float(self.f(n, kv, p, c)) / 1e3
+    def step_ms(self, n, kv, p, c):
+        return float(self.f(n, kv, p, c))
 
-    def run(self, n, kv, k):
+    def fit(self, n):
+        return self  # its series and reach take n themselves
+
+    def series(self, kv, n, k):
         return float(np.sum(self.f(n, kv + n * np.arange(k)))) / 1e3
 
-    def reach(self, n, kv, k, seconds):
+    def reach(self, kv, n, k, seconds):
         cum = np.cumsum(self.f(n, kv + n * np.arange(k))) / 1e3
         m = min(int(np.searchsorted(cum, seconds)) + 1, k)
-        return m, self.run(n, kv, m)
+        return m, self.series(kv, n, m)
 
 
 class _SmallKV:

@@ -13,7 +13,7 @@ mapping of the numeric :class:`CostModel` fields plus ``model``, as :func:`cost_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,17 @@ def _any(value: Any) -> bool:
 
 
 def _lesser(a: Any, b: Any) -> Any:
-    """Elementwise minimum."""
-    return min(a, b) if type(a) is not _ARRAY and type(b) is not _ARRAY else np.minimum(a, b)
+    """Elementwise minimum (of two numbers: ``min(a, b)``, without the builtin's argument parsing)."""
+    if type(a) is not _ARRAY and type(b) is not _ARRAY:
+        return b if b < a else a
+    return np.minimum(a, b)
 
 
 def _greater(a: Any, b: Any) -> Any:
-    """Elementwise maximum."""
-    return max(a, b) if type(a) is not _ARRAY and type(b) is not _ARRAY else np.maximum(a, b)
+    """Elementwise maximum (of two numbers: ``max(a, b)``, without the builtin's argument parsing)."""
+    if type(a) is not _ARRAY and type(b) is not _ARRAY:
+        return b if b > a else a
+    return np.maximum(a, b)
 
 
 def weight_terms(model: Mapping[str, Any], quant: Mapping[str, Any], tp: Any) -> tuple[Any, Any, Any, Any]:
@@ -173,91 +177,120 @@ def cost_constants(
     }
 
 
-def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> tuple[Any, Any, Any]:
-    """(memory_ms, compute_ms, overhead_ms) of one engine step: the one step formula.
+def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Callable]:
+    """The one step formula bound to ``constants``: ``(parts, combine, step)``.
 
-    ``n`` decoding sequences holding ``kv`` KV tokens, ``p`` prefilled tokens attending to ``c``
-    earlier ones; validated numbers or arrays, broadcast against the constants' arrays.
+    ``parts(n, kv, p, c)`` is (memory_ms, compute_ms, overhead_ms) of one engine step: ``n`` decoding
+    sequences holding ``kv`` KV tokens, ``p`` prefilled tokens attending to ``c`` earlier ones
+    (validated numbers or arrays, broadcast against the constants' arrays). ``combine(memory_ms,
+    compute_ms, overhead_ms)`` is the step time in ms: max(memory, compute) + serial_share x
+    min(memory, compute) + overhead (``serial_share`` 0 is the roofline, loads hidden behind math or
+    the reverse, as on GPUs; 1 adds the two, as a CPU core that waits for its loads before it
+    computes). ``step(n, kv, p, c)`` is the two together.
+
+    What depends only on the constants (their lookups, which terms apply, products of constants) is
+    done here once, so a caller stepping one iteration at a time pays only for the arithmetic on its
+    arguments; every expression keeps its order of operations, so the values are those of the
+    formula written out.
     """
     model = constants["model"]
-    c = c * (p > 0)
     windowed = model["sliding_window_layers"]
-    full = model["layers"] - windowed
-    tokens = n + p
-
-    decode_kv = full * kv  # per-layer token reads (and attention pairs) of the decoding sequences
-    context_kv = full * c
-    pairs = full * (p * c + p * (p + 1) / 2)
-    if _any(windowed):
-        window = _layer_split(model)[2]
-        decode_kv = decode_kv + windowed * _lesser(kv, n * window)
-        context_kv = context_kv + windowed * _lesser(c, window)
-        uncapped = _lesser(_greater(window - c, 0), p)  # prompt tokens whose keys fit in the window
-        pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
-
+    layers = model["layers"]
+    full = layers - windowed
+    window = _layer_split(model)[2] if _any(windowed) else None
     experts = model["experts"]
-    weights = constants["weights_bytes"]
-    if _any(experts):
+    moe = _any(experts)
+    if moe:
         # dense elements (0 experts) touch none: their shared weights are all the weights
         share = model["experts_per_token"] / _greater(experts, 1)
-        touched = experts * (1 - (1 - share) ** tokens)
-        weights = constants["shared_weights_bytes"] + constants["expert_bytes"] * touched
+        shared_weights, expert_bytes = constants["shared_weights_bytes"], constants["expert_bytes"]
+    weights = constants["weights_bytes"]
     # weights in a dequantized format stream at weight_read_efficiency of the step's bandwidth
-    read = weights / constants["weight_read_efficiency"] + constants["kv_layer_bytes"] * (
-        decode_kv + context_kv + model["layers"] * tokens
-    )
+    weight_read_efficiency = constants["weight_read_efficiency"]
+    layer_bytes = constants["kv_layer_bytes"]
     # a step of two or more tokens reads at batched_mbu_factor x mbu (exactly mbu when the factor is 1)
-    mbu = constants["mbu"] * (1 + (constants["batched_mbu_factor"] - 1) * (tokens >= 2))
-    memory_ms = read / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
-
-    flops = (
-        constants["body_flops_per_token"] * tokens
-        + constants["logits_flops_per_token"] * n
-        + constants["attention_flops_per_pair"] * (decode_kv + pairs)
-    )
-    compute_ms = flops / (constants["tflops"] * 1e12 * constants["mfu"]) * 1e3
-
-    overhead_ms = constants["step_overhead_ms"] + constants["seq_overhead_us"] / 1e3 * n + 0 * tokens
-    if _any(constants["attention_score_bytes"]):
+    mbu_one, mbu_batched = constants["mbu"], constants["batched_mbu_factor"] - 1
+    bandwidth = constants["bandwidth_gb_s"] * 1e9
+    body, logits = constants["body_flops_per_token"], constants["logits_flops_per_token"]
+    per_pair = constants["attention_flops_per_pair"]
+    rate = constants["tflops"] * 1e12 * constants["mfu"]
+    step_overhead, per_seq = constants["step_overhead_ms"], constants["seq_overhead_us"] / 1e3
+    score_bytes = constants["attention_score_bytes"]
+    scores = _any(score_bytes)
+    if scores:
         # materialised attention scores: written, softmaxed and read back by kernels of their own
-        heads = constants["attention_flops_per_pair"] / (4 * model["head_dim"])
-        scores = constants["attention_score_bytes"] * heads * (decode_kv + pairs)
-        overhead_ms = overhead_ms + scores / (constants["bandwidth_gb_s"] * 1e9 * mbu) * 1e3
+        score_bytes = score_bytes * (per_pair / (4 * model["head_dim"]))
     tp = constants["tensor_parallel"]
-    if isinstance(tp, np.ndarray):
-        if tp.max(initial=1) > 1:
-            with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect
-                overhead_ms = overhead_ms + np.where(tp > 1, _allreduce_ms(constants, tokens), 0.0)
-    elif tp > 1:
-        overhead_ms = overhead_ms + _allreduce_ms(constants, tokens)
-    return memory_ms, compute_ms, overhead_ms
+    tp_array = isinstance(tp, np.ndarray)
+    allreduce = bool(tp.max(initial=1) > 1) if tp_array else tp > 1
+    if allreduce:
+        # the 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
+        # step's activations at the all-reduce's bus bandwidth
+        hidden, value_bytes = model["hidden_size"], efficiency_value("activation_bytes_per_value")
+        ring, link = 2 * (tp - 1) / tp, constants["allreduce_gb_s"] * 1e9
+        per_layer, latency_ms = 2 * layers, constants["allreduce_latency_us"] / 1e3
+
+        def _allreduce(tokens: Any) -> Any:
+            return per_layer * (latency_ms + ring * (tokens * hidden * value_bytes) / link * 1e3)
+
+    def parts(n: Any, kv: Any, p: Any, c: Any) -> tuple[Any, Any, Any]:
+        c = c * (p > 0)
+        tokens = n + p
+        decode_kv = full * kv  # per-layer token reads (and attention pairs) of the decoding sequences
+        context_kv = full * c
+        pairs = full * (p * c + p * (p + 1) / 2)
+        if window is not None:
+            decode_kv = decode_kv + windowed * _lesser(kv, n * window)
+            context_kv = context_kv + windowed * _lesser(c, window)
+            uncapped = _lesser(_greater(window - c, 0), p)  # prompt tokens whose keys fit in the window
+            pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
+        read_weights = weights
+        if moe:
+            read_weights = shared_weights + expert_bytes * (experts * (1 - (1 - share) ** tokens))
+        read = read_weights / weight_read_efficiency + layer_bytes * (decode_kv + context_kv + layers * tokens)
+        mbu = mbu_one * (1 + mbu_batched * (tokens >= 2))
+        memory_ms = read / (bandwidth * mbu) * 1e3
+        flops = body * tokens + logits * n + per_pair * (decode_kv + pairs)
+        compute_ms = flops / rate * 1e3
+        overhead_ms = step_overhead + per_seq * n + 0 * tokens
+        if scores:
+            overhead_ms = overhead_ms + score_bytes * (decode_kv + pairs) / (bandwidth * mbu) * 1e3
+        if allreduce:
+            if tp_array:
+                with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect
+                    overhead_ms = overhead_ms + np.where(tp > 1, _allreduce(tokens), 0.0)
+            else:
+                overhead_ms = overhead_ms + _allreduce(tokens)
+        return memory_ms, compute_ms, overhead_ms
+
+    serial = constants["serial_share"]
+    serial_any = _any(serial)
+
+    def combine(memory_ms: Any, compute_ms: Any, overhead_ms: Any) -> Any:
+        longer = _greater(memory_ms, compute_ms)
+        if serial_any:
+            longer = longer + serial * _lesser(memory_ms, compute_ms)
+        return longer + overhead_ms
+
+    def step(n: Any, kv: Any, p: Any, c: Any) -> Any:
+        return combine(*parts(n, kv, p, c))
+
+    return parts, combine, step
 
 
-def _allreduce_ms(constants: Mapping[str, Any], tokens: Any) -> Any:
-    """The 2 all-reduces per layer of a tensor-parallel step: latency plus a ring transfer of the
-    step's activations at the all-reduce's bus bandwidth."""
-    model, tp = constants["model"], constants["tensor_parallel"]
-    message = tokens * model["hidden_size"] * efficiency_value("activation_bytes_per_value")
-    ring_ms = 2 * (tp - 1) / tp * message / (constants["allreduce_gb_s"] * 1e9) * 1e3
-    return 2 * model["layers"] * (constants["allreduce_latency_us"] / 1e3 + ring_ms)
+def step_parts(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> tuple[Any, Any, Any]:
+    """(memory_ms, compute_ms, overhead_ms) of one engine step (see :func:`step_formula`)."""
+    return step_formula(constants)[0](n, kv, p, c)
 
 
 def combine(constants: Mapping[str, Any], memory_ms: Any, compute_ms: Any, overhead_ms: Any) -> Any:
-    """Step time in ms from its parts: max(memory, compute) + serial_share x min(memory, compute) + overhead.
-
-    ``serial_share`` 0 is the roofline (loads hidden behind math or the reverse, as on GPUs); 1 adds
-    the two, as a CPU core that waits for its loads before it computes.
-    """
-    longer = _greater(memory_ms, compute_ms)
-    serial = constants["serial_share"]
-    if _any(serial):
-        longer = longer + serial * _lesser(memory_ms, compute_ms)
-    return longer + overhead_ms
+    """Step time in ms from its parts (see :func:`step_formula`)."""
+    return step_formula(constants)[1](memory_ms, compute_ms, overhead_ms)
 
 
 def step_time(constants: Mapping[str, Any], n: Any, kv: Any, p: Any, c: Any) -> Any:
     """Step time in ms of :func:`step_parts` combined by :func:`combine`."""
-    return combine(constants, *step_parts(constants, n, kv, p, c))
+    return step_formula(constants)[2](n, kv, p, c)
 
 
 def ttft_time(constants: Mapping[str, Any], prompt: Any, cached: Any) -> Any:

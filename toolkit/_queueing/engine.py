@@ -9,13 +9,12 @@ import heapq
 import math
 import sys
 from collections import deque
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from toolkit._model.cost import CostModel
-from toolkit._model.terms import step_time
+from toolkit._model.terms import step_formula
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -28,38 +27,30 @@ _TICK_MASK = _TICK - 1
 
 
 class _Clock:
-    """Step durations in seconds from the cost object: mixed steps one call each, decode runs from a
-    piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A :class:`CostModel`'s step
-    formula is called without its argument checks: the engine's counts are valid by construction."""
+    """Step durations from the cost object: ``step_ms`` of a mixed step (ms, one call each), decode
+    runs in seconds from a piecewise-linear fit of ``step_ms`` in ``kv_tokens`` per batch size. A
+    :class:`CostModel`'s step formula is bound once and called without its argument checks: the
+    engine's counts are valid by construction."""
 
     def __init__(self, cost: Any, kv_high: int):
-        self._step_ms = partial(step_time, vars(cost)) if isinstance(cost, CostModel) else cost.step_ms
-        # one step: the engine's counts are Python ints, which the step formula takes as it takes
+        self._step_ms = step_formula(vars(cost))[2] if isinstance(cost, CostModel) else cost.step_ms
+        # one step in ms: the engine's counts are Python ints, which the step formula takes as it takes
         # floats (every product stays far below 2**53, so the values are the same)
-        self._one_step = (
+        self.step_ms = (
             self._step_ms
             if isinstance(cost, CostModel)
             else lambda n, kv, p, c: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
         )
         self._high = kv_high
-        self._fits: dict[int, _Linear] = {}
+        self.fits: dict[int, _Linear] = {}  # per batch size, as the engine asks for them
 
-    def _fit(self, n: int) -> _Linear:
+    def fit(self, n: int) -> _Linear:
+        """The decode step time (s) of ``n`` sequences against their KV tokens; ``series(kv, n, k)``
+        gives a run of ``k`` steps, ``reach(kv, n, k, seconds)`` the fewest of them that last
+        ``seconds`` or more and their seconds."""
         fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
-        self._fits[n] = fit
+        self.fits[n] = fit
         return fit
-
-    def step(self, n: int, kv: int, p: int, c: int) -> float:
-        return self._one_step(n, kv, p, c) / 1e3
-
-    def run(self, n: int, kv: int, k: int) -> float:
-        fit = self._fits.get(n) or self._fit(n)
-        return fit.series(kv, n, k)
-
-    def reach(self, n: int, kv: int, k: int, seconds: float) -> tuple[int, float]:
-        """(the fewest of the ``k`` decode steps that last ``seconds`` or more, their seconds)."""
-        fit = self._fits.get(n) or self._fit(n)
-        return fit.reach(kv, n, k, seconds)
 
 
 class _Replica:
@@ -78,6 +69,7 @@ class _Replica:
         "version",
         "t_start",
         "run_steps",
+        "fit",
         "busy_s",
     )
 
@@ -98,6 +90,7 @@ class _Replica:
         self.version = 0
         self.t_start = 0.0
         self.run_steps = 0
+        self.fit: Any = None  # the step-time fit of the decode run in progress
         self.busy_s = 0.0
 
 
@@ -184,11 +177,13 @@ class _Engine:
 
     def _truncate(self, r: _Replica, t: float) -> None:
         """End the decode run of ``r`` at the first step boundary at or after ``t``."""
-        k, seconds = self.clock.reach(r.n_dec, r.kv_dec, r.run_steps, t - r.t_start)
+        k, seconds = r.fit.reach(r.kv_dec, r.n_dec, r.run_steps, t - r.t_start)
         if k < r.run_steps:
             r.run_steps = k
             r.version += 1
-            end = max(r.t_start + seconds, t)
+            end = r.t_start + seconds
+            if t > end:
+                end = t
             heapq.heappush(self.events, (end, r.index, r.version))
 
     def _offer(self, rid: int, t: float, source: _Replica | None = None) -> None:
@@ -241,6 +236,11 @@ class _Engine:
         finish, first tokens, completions) and plans its next one (preemptions, prefill chunks and
         admissions in the step's token budget, then a mixed step or the longest run of decode steps
         that nothing can interrupt). Both parts are written out inline: they run once per event.
+
+        A replica's next event that comes before the next arrival is handled at once, without the
+        event heap: with a queue per replica, nothing but an arrival can change what a replica does,
+        and no replica reads another's state except at an arrival. (A shared queue is read by every
+        replica, so there each event goes through the heap.)
         """
         v = self._views
         prompt, output, arrival, admit_t, first_t, finish_t = (
@@ -248,12 +248,15 @@ class _Engine:
         )
         replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
         events, reps, clock = self.events, self.reps, self.clock
-        step_s, run_s = clock.step, clock.run
+        step_ms, fits, new_fit = clock.step_ms, clock.fits, clock.fit
         heappush, heappop = heapq.heappush, heapq.heappop
         overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
         token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
         shared = self.routing == "shared_queue"
         round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
+        # per replica: requests waiting plus running (with a queue per replica, they change only as
+        # requests arrive and complete)
+        loads = [0] * n_reps
         window_request = self.window_request
         inf = math.inf
         n = self.n
@@ -264,12 +267,12 @@ class _Engine:
             next_issue = min(concurrency, n)
             self.arrival[:next_issue] = 0.0
         ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
-        now = 0.0
+        now = last = 0.0  # the time of the last entry popped or arrival; of the last event processed inline
         while True:
             te = events[0][0] if events else inf
             if ta <= te:
                 if ta == inf:
-                    return now
+                    return max(now, last)
                 now = ta
                 rid = next_arrival
                 next_arrival += 1
@@ -286,11 +289,8 @@ class _Engine:
                     r = reps[next_rr % n_reps]
                     next_rr += 1
                 else:  # least loaded: the first replica with the fewest requests waiting plus running
-                    r, fewest = reps[0], inf
-                    for rep in reps:
-                        load = len(rep.queue) + len(rep.running)
-                        if load < fewest:
-                            r, fewest = rep, load
+                    r = reps[loads.index(min(loads))]
+                loads[r.index] += 1
                 queue = r.queue
                 queue.append(rid)
                 phase = r.phase
@@ -303,116 +303,134 @@ class _Engine:
             r = reps[index]
             if version != r.version:
                 continue
-
-            # ---- end the phase that just finished
-            phase = r.phase
-            if phase != _WAKE:
-                r.busy_s += now - r.t_start
-                n_dec = r.n_dec
-                if phase == _RUN:
-                    k = r.run_steps
-                    steps = r.steps = r.steps + k
-                    r.kv_dec += n_dec * k
-                    r.kv_used += n_dec * k
-                else:
-                    steps = r.steps = r.steps + 1
-                    r.kv_dec += n_dec
-                    r.kv_used += n_dec
-                    prefill = r.prefill
-                    for i in range(r.chunked):
-                        entry = prefill[i]
-                        entry[1] -= entry[3]
-                        entry[2] += entry[3]
-                    r.chunked = 0
-                heap = r.heap
-                completed = 0
-                while heap and heap[0][0] <= steps:
-                    _, rid, ep = heappop(heap)
-                    if ep != epoch[rid]:
-                        continue
-                    kv = kv_join[rid] + steps - joined[rid]
-                    r.n_dec -= 1
-                    r.kv_dec -= kv
-                    r.kv_used -= kv + slack
-                    gen[rid] = output[rid]
-                    del r.running[rid]
-                    finish_t[rid] = now
-                    completed += 1
-                if phase == _STEP:
-                    while prefill and prefill[0][1] == 0:
-                        rid, _, kv, _ = prefill.popleft()
-                        g = gen[rid] + 1
-                        gen[rid] = g
-                        if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
-                            first_t[rid] = now
-                        if g >= output[rid]:
-                            r.kv_used -= kv + slack
-                            del r.running[rid]
-                            finish_t[rid] = now
-                            completed += 1
+            # the replica's state in locals while its events run, stored back when they stop
+            phase, steps, n_dec, kv_dec, kv_used = r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used
+            heap, running, queue, prefill = r.heap, r.running, r.queue, r.prefill
+            while True:  # this replica's events, as long as they come before the next arrival
+                # ---- end the phase that just finished
+                if phase != _WAKE:
+                    r.busy_s += now - r.t_start
+                    if phase == _RUN:
+                        k = r.run_steps
+                        steps += k
+                        kv_dec += n_dec * k
+                        kv_used += n_dec * k
+                    else:
+                        steps += 1
+                        kv_dec += n_dec
+                        kv_used += n_dec
+                        for i in range(r.chunked):
+                            entry = prefill[i]
+                            entry[1] -= entry[3]
+                            entry[2] += entry[3]
+                    completed = 0
+                    while heap and heap[0][0] <= steps:
+                        _, rid, ep = heappop(heap)
+                        if ep != epoch[rid]:
                             continue
-                        r.running[rid] = True
-                        joined[rid] = steps
-                        kv_join[rid] = kv
-                        heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
-                        r.n_dec += 1
-                        r.kv_dec += kv
-                if closed and completed:  # their clients send their next requests now
-                    for rid in range(next_issue, min(next_issue + completed, n)):
-                        arrival[rid] = now
-                        next_issue = rid + 1
-                    ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+                        kv = kv_join[rid] + steps - joined[rid]
+                        n_dec -= 1
+                        kv_dec -= kv
+                        kv_used -= kv + slack
+                        gen[rid] = output[rid]
+                        del running[rid]
+                        finish_t[rid] = now
+                        completed += 1
+                    if phase == _STEP:
+                        while prefill and prefill[0][1] == 0:
+                            rid, _, kv, _ = prefill.popleft()
+                            g = gen[rid] + 1
+                            gen[rid] = g
+                            if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
+                                first_t[rid] = now
+                            if g >= output[rid]:
+                                kv_used -= kv + slack
+                                del running[rid]
+                                finish_t[rid] = now
+                                completed += 1
+                                continue
+                            running[rid] = True
+                            joined[rid] = steps
+                            kv_join[rid] = kv
+                            heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
+                            n_dec += 1
+                            kv_dec += kv
+                    if completed:
+                        loads[index] -= completed
+                        if closed:  # their clients send their next requests now
+                            for rid in range(next_issue, min(next_issue + completed, n)):
+                                arrival[rid] = now
+                                next_issue = rid + 1
+                            ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
 
-            # ---- plan the next step (or run of decode steps) from now
-            while r.kv_used + r.n_dec > budget:
-                self._preempt(r, now)
-            n_dec = r.n_dec
-            room = token_budget - n_dec
-            p_tokens = p_context = chunked = 0
-            for entry in r.prefill:
-                if room <= 0:
-                    break
-                chunk = entry[1] if entry[1] < room else room
-                entry[3] = chunk
-                chunked += 1
-                p_tokens += chunk
-                p_context += entry[2]
-                room -= chunk
-            queue, running = r.queue, r.running
-            head = queue[0] if shared and queue else None
-            while queue and room > 0 and len(running) < max_batch:
-                rid = queue[0]
-                need = prompt[rid] + gen[rid]
-                if r.kv_used + n_dec + need + slack > budget:
-                    break
-                queue.popleft()
-                running[rid] = False
-                r.kv_used += need + slack
-                if admit_t[rid] != admit_t[rid]:  # NaN: first admission
-                    admit_t[rid] = now
-                replica_of[rid] = index
-                chunk = need if need < room else room
-                r.prefill.append([rid, need, 0, chunk])
-                chunked += 1
-                p_tokens += chunk
-                room -= chunk
-            if shared and queue and queue[0] != head:
-                self._offer(queue[0], now, source=r)  # a new head another replica may take
-            if chunked:
-                r.phase = _STEP
+                # ---- plan the next step (or run of decode steps) from now
+                if kv_used + n_dec > budget:
+                    r.steps, r.n_dec, r.kv_dec, r.kv_used = steps, n_dec, kv_dec, kv_used
+                    while r.kv_used + r.n_dec > budget:
+                        self._preempt(r, now)
+                    n_dec, kv_dec, kv_used = r.n_dec, r.kv_dec, r.kv_used
+                room = token_budget - n_dec
+                p_tokens = p_context = chunked = 0
+                for entry in prefill:
+                    if room <= 0:
+                        break
+                    chunk = entry[1] if entry[1] < room else room
+                    entry[3] = chunk
+                    chunked += 1
+                    p_tokens += chunk
+                    p_context += entry[2]
+                    room -= chunk
+                head = queue[0] if shared and queue else None
+                while queue and room > 0 and len(running) < max_batch:
+                    rid = queue[0]
+                    need = prompt[rid] + gen[rid]
+                    if kv_used + n_dec + need + slack > budget:
+                        break
+                    queue.popleft()
+                    running[rid] = False
+                    kv_used += need + slack
+                    if admit_t[rid] != admit_t[rid]:  # NaN: first admission
+                        admit_t[rid] = now
+                    replica_of[rid] = index
+                    chunk = need if need < room else room
+                    prefill.append([rid, need, 0, chunk])
+                    chunked += 1
+                    p_tokens += chunk
+                    room -= chunk
                 r.chunked = chunked
-                dt = step_s(n_dec, r.kv_dec, p_tokens, p_context)
-            elif n_dec:
-                heap = r.heap
-                while heap[0][2] != epoch[heap[0][1]]:
-                    heappop(heap)
-                k = min(heap[0][0] - r.steps, (budget - r.kv_used) // n_dec, run_cap)
-                r.phase = _RUN
-                r.run_steps = k
-                dt = run_s(n_dec, r.kv_dec, k)
-            else:
-                r.phase = _IDLE
-                continue
-            r.t_start = now
-            r.version = version = r.version + 1
-            heappush(events, (now + dt, index, version))
+                if chunked:
+                    phase = _STEP
+                    dt = step_ms(n_dec, kv_dec, p_tokens, p_context) / 1e3
+                elif n_dec:
+                    while heap[0][2] != epoch[heap[0][1]]:
+                        heappop(heap)
+                    # the steps to the next completion, at most those the KV cache holds, at most run_cap
+                    k = heap[0][0] - steps
+                    fill = (budget - kv_used) // n_dec
+                    if fill < k:
+                        k = fill
+                    if run_cap < k:
+                        k = run_cap
+                    phase = _RUN
+                    r.run_steps = k
+                    r.fit = fit = fits.get(n_dec) or new_fit(n_dec)
+                    dt = fit.series(kv_dec, n_dec, k)
+                else:
+                    phase = _IDLE
+                    dt = inf
+                end = now + dt
+                if end < ta and not shared:  # nothing reaches this replica first: go on with its next event
+                    r.t_start = now
+                    now = end
+                    continue
+                r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used = phase, steps, n_dec, kv_dec, kv_used
+                if shared and queue and queue[0] != head:
+                    self._offer(queue[0], now, source=r)  # a new head another replica may take
+                if phase == _IDLE:
+                    if now > last:
+                        last = now
+                    break
+                r.t_start = now
+                r.version = version = r.version + 1
+                heappush(events, (end, index, version))
+                break

@@ -106,10 +106,13 @@ def _within(first: float, half: float, m: int, need: float) -> int:
     first lasting ``first``, each next ``2 half`` longer, that reach ``need`` (``m`` if none)."""
     lin = first - half
     if half > 0:
-        guess = (-lin + math.sqrt(max(lin * lin + 4 * half * need, 0.0))) / (2 * half)
+        root = lin * lin + 4 * half * need
+        guess = (-lin + math.sqrt(0.0 if root < 0.0 else root)) / (2 * half)
     else:
         guess = need / first if first > 0 else 1.0
-    s = min(max(int(math.ceil(guess)), 1), m)
+    # clipped to [1, m] (comparisons: this runs once per decode run an arrival cuts short)
+    s = math.ceil(guess)
+    s = 1 if s < 1 else m if s > m else s
     while s > 1 and (s - 1) * first + half * (s - 1) * (s - 2) >= need:
         s -= 1
     while s < m and s * first + half * s * (s - 1) < need:
