@@ -176,6 +176,8 @@ def _identified_fit(obs, build, defaults, fit, limits, breaks=()) -> tuple[dict[
         worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
         if not result["constrained"][worst] or np.isnan(rel[worst]):
             why = "the data do not constrain it"
+        elif np.isinf(rel[worst]):
+            why = "the data do not separate it from the other parameters (a singular fit)"
         elif result["params"][worst] <= limits[worst][0] + 1e-6 * max(1.0, abs(defaults[worst])):
             why = f"it fitted to its lower bound {limits[worst][0]:g}, so the data say only that it is small"
         else:

@@ -193,11 +193,14 @@ def _uncertainty(
         return se, math.nan, math.inf
     cov = bread * sigma2
     variance = np.diag(cov)
+    # a negative variance is the inverse of a numerically singular J'J (condition number about 1e9
+    # and more), not a precise estimate: the parameter is not identified
+    singular = np.diag(bread) < 0
     clustered = _clustered(bread, j, resid, groups)
     if clustered is not None:
         cov = clustered
         variance = np.maximum(variance, np.diag(clustered))
-    sd = np.sqrt(np.clip(variance, 0, None))
+    sd = np.where(singular, np.inf, np.sqrt(np.clip(variance, 0, None)))
     se[sensitive] = sd
     corr = math.nan
     own = np.sqrt(np.clip(np.diag(cov), 0, None))
