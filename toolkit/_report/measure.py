@@ -24,12 +24,12 @@ LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats":
 # HELD_OUT_UTILISATION. The profile never sees the replay's measurements.
 HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 12, "token_scale": 0.05}
 HELD_OUT_TRACE_NAME = "azure-conv-2023"
-# The load the replay is run at, decided before any replay was measured against it: the share of the
-# time the calibrated model says the server is busy. 0.6 is where a capacity plan runs a server:
+# The load the replay is run at, fixed before any replay at it was measured: the share of the time
+# the profile-calibrated model says the server is busy. 0.6 is where a capacity plan runs a server:
 # requests queue (a median TTFT above a lone prefill) but the server is not saturated. A fixed
-# stretch does not fix the load: at 3x this slice kept the 2026-12-03 host busy 87% of the time
-# (by the calibrated model; measured TTFT about four times a lone prefill), where a few percent of
-# service time is tens of percent of wait, and a slower or faster host moves it further.
+# stretch does not fix the load: at 3x this slice kept the host busy 87% of the time by the model
+# calibrated on 2026-12-04 at 18:24 (the replay's median TTFT 1.4 s, several lone prefills), where
+# a few percent of service time is tens of percent of wait, and a slower or faster host moves it.
 HELD_OUT_UTILISATION = 0.6
 # stretches tried, from the trace's own speed to 30x, in steps of 5%
 _TIME_SCALES = tuple(round(1.05**k, 3) for k in range(70))
