@@ -256,7 +256,8 @@ def _resolve(name: str) -> Callable[..., Any] | None:
 
 
 def _kind(param: inspect.Parameter) -> tuple[str, bool] | None:
-    """('int' | 'float' | 'seq', None allowed) for a numeric parameter, else None."""
+    """('int' | 'float' | 'seq', None allowed) for a numeric parameter, else None. A sequence whose
+    default is empty ('seq' with an empty default, e.g. no prefill breaks) may be empty: 'seq0'."""
     ann = "" if param.annotation is inspect.Parameter.empty else str(param.annotation)
     default = param.default
     optional = "None" in ann or "Optional" in ann or default is None
@@ -264,7 +265,7 @@ def _kind(param: inspect.Parameter) -> tuple[str, bool] | None:
         return None
     if ann and _NUM.search(ann):
         if _SEQ.search(ann) and not re.search(r"(^|\|)\s*(int|float)\s*($|\|)", ann):
-            return "seq", optional
+            return ("seq0" if default == () or default == [] else "seq"), optional
         return ("int" if "float" not in ann else "float"), optional
     if not ann and isinstance(default, (int, float)) and not isinstance(default, bool):
         return ("int" if isinstance(default, int) else "float"), optional
@@ -316,8 +317,9 @@ def _reject_values(kind: str, optional: bool) -> st.SearchStrategy[Any]:
         scalar = st.one_of(scalar, st.none())
     if kind == "int":
         scalar = st.one_of(scalar, st.floats(min_value=0.01, max_value=1e6).filter(lambda x: not x.is_integer()))
-    if kind == "seq":
-        return st.one_of(st.just([]), st.lists(scalar, min_size=1, max_size=3).map(lambda xs: [1, *xs]))
+    if kind in ("seq", "seq0"):
+        bad = st.lists(scalar, min_size=1, max_size=3).map(lambda xs: [1, *xs])
+        return bad if kind == "seq0" else st.one_of(st.just([]), bad)
     if kind == "array":
         return st.one_of(scalar, st.lists(scalar, min_size=1, max_size=3).map(lambda xs: [1, *xs]))
     return scalar
@@ -334,7 +336,7 @@ def _edge_values(kind: str) -> st.SearchStrategy[Any]:
         st.integers(min_value=10**12, max_value=10**30),
         st.floats(min_value=1e12, max_value=1e100) if kind != "int" else st.integers(min_value=10**12),
     )
-    if kind == "seq":
+    if kind in ("seq", "seq0"):
         return st.lists(scalar, min_size=1, max_size=2)
     return scalar
 

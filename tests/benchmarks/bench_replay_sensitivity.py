@@ -43,8 +43,9 @@ def _cells(frame) -> list[dict]:
 def _calibration(frame, host) -> tuple[object, dict]:
     import toolkit as tk
     from toolkit._report.trust_section import MODEL, QUANT
+    from toolkit._sweep.llama_server import SCHEDULING
 
-    row = tk.calibrate(frame, MODEL, host, QUANT)
+    row = tk.calibrate(frame, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
     first = row.iloc[0]
     summary = {n: {"value": round(float(first[n]), 4), "se": round(float(first[f"{n}_se"]), 4)} for n in PARAMETERS}
     return row, {"parameters": summary, "held": str(first["held"])}
@@ -53,9 +54,10 @@ def _calibration(frame, host) -> tuple[object, dict]:
 def main() -> None:
     import toolkit as tk
     from toolkit._model.host import measure_host
-    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, LOCAL_SWEEP, _measure
+    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, LOCAL_SWEEP, _measure, held_out_time_scale
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep import host_state
+    from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._validation.trust import replay_accuracy
 
     load_before = os.getloadavg()[0]
@@ -70,7 +72,8 @@ def main() -> None:
         marks.append(host_state.sample(server.pid))
         b = tk.profile(server=server, progress=False)
         marks.append(host_state.sample(server.pid))
-        trace = tk.load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
+        scale, _ = held_out_time_scale(a, host)  # as the report stretches it, from the first profile
+        trace = tk.load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         replay = tk.replay_trace(trace, server=server, progress=False).requests
         marks.append(host_state.sample(server.pid))
     with tk.LlamaServer(parallel=LOCAL_SWEEP["lanes"], kv_unified=False) as split_server:
@@ -86,7 +89,7 @@ def main() -> None:
     for name, frame in (("A (server start)", a), ("B (right before the replay)", b)):
         row, summary = _calibration(frame, host)
         cm = tk.cost_model(MODEL, host, QUANT, calibration=row)
-        acc = replay_accuracy(replay, cm, max_batch=LOCAL_SWEEP["lanes"])
+        acc = replay_accuracy(replay, cm, max_batch=LOCAL_SWEEP["lanes"], **SCHEDULING)
         latency = acc[acc["metric"].ne("output_tok_s")]
         summary["replay_median_abs_error"] = round(float(latency["rel_err"].abs().median()), 3)
         summary["replay_rel_err"] = {

@@ -86,15 +86,17 @@ def _replays(server, host) -> list[dict]:
     import toolkit as tk
     from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME
     from toolkit._report.trust_section import MODEL, QUANT
+    from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._validation.trust import replay_accuracy
 
-    calibration = tk.calibrate(tk.profile(server=server, progress=False), MODEL, host, QUANT)
+    profiled = tk.profile(server=server, progress=False)
+    calibration = tk.calibrate(profiled, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
     cm = tk.cost_model(MODEL, host, QUANT, calibration=calibration)
     out = []
     for time_scale in REPLAY_TIME_SCALES:
         trace = tk.load_trace(HELD_OUT_TRACE_NAME, **{**HELD_OUT_TRACE, "time_scale": time_scale})
         requests = tk.replay_trace(trace, server=server, progress=False).requests
-        acc = replay_accuracy(requests, cm, max_batch=max(BATCHES))
+        acc = replay_accuracy(requests, cm, max_batch=max(BATCHES), **SCHEDULING)
         acc = acc[acc["metric"].ne("output_tok_s")]
         out.append(
             {

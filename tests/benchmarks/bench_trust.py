@@ -45,7 +45,7 @@ def _number(value: object) -> object:
 
 def _one_run() -> dict:
     from toolkit._report.measure import _measure_local
-    from toolkit._report.trust_section import _trust
+    from toolkit._report.trust_section import _trust, profile_cells
     from toolkit._validation.trust import busy_reason
 
     load_before = os.getloadavg()[0]
@@ -62,7 +62,12 @@ def _one_run() -> dict:
         "host_fp16_tflops": _number(run.host["fp16_tflops"].iloc[0]),
         "host_load_1m_after": os.getloadavg()[0],
         "others_cpu_share": {k: _number(v) for k, v in run.others.items()},
+        # the replay's stretch, chosen so that the profile-calibrated model puts the server's
+        # utilisation at the target (toolkit._report.measure.HELD_OUT_UTILISATION)
+        "replay_load": {k: _number(v) for k, v in run.replay_load.items()},
         "busy": busy_reason(run.profile, run.others),
+        # each cell's median, the lowest and highest of its wave medians, and whether it was noisy
+        "profile_cells": profile_cells(run.profile).map(_number).to_dict(orient="records"),
         "noisy_profile_cells": int(
             run.profile.drop_duplicates(["cell", "batch", "prompt_tokens_target"])["noisy"].sum()
         ),

@@ -17,6 +17,7 @@ from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
+from toolkit._queueing.simulator import check_breaks
 
 __all__ = ["accuracy", "calibrate"]
 
@@ -45,6 +46,7 @@ def calibrate(
     kv_dtype: object = "fp16",
     fit: Sequence[str] | None = None,
     bounds: Mapping[str, tuple[float, float]] | None = None,
+    prefill_breaks: Sequence[int] = (),
 ) -> pd.DataFrame:
     """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
 
@@ -83,6 +85,11 @@ def calibrate(
     bounds : dict, optional
         ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
         (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
+    prefill_breaks : sequence of int
+        The server's prefill breaks (offsets from a prompt's end, as in :func:`toolkit.simulate`):
+        a TTFT is then predicted as the steps that prefill the prompt's chunks, as the server runs
+        them (llama-server on a sliding-window model: ``toolkit._sweep.llama_server.SCHEDULING``).
+        Empty (default): one step per prompt.
 
     Returns
     -------
@@ -112,6 +119,7 @@ def calibrate(
             raise ValueError(f"bounds[{name!r}] must have low < high, got {pair!r}")
         limits[name] = (low, high)
     tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
+    breaks = check_breaks(prefill_breaks)
     obs = observations(lanes_or_levels)
 
     base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)
@@ -123,7 +131,7 @@ def calibrate(
     def build(**params):
         return cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, **params)
 
-    result, held = _identified_fit(obs, build, defaults, fit, limits)
+    result, held = _identified_fit(obs, build, defaults, fit, limits, breaks)
     row: dict[str, object] = dict(result.get("params", defaults))
     row.update({f"{name}_se": result["se"].get(name, np.nan) for name in _fit.PARAMETERS})
     row["residual_rms"] = result["rms"]
@@ -137,6 +145,7 @@ def calibrate(
     row["held_reason"] = "; ".join(held.values())
     row["condition_number"] = result["condition_number"]
     row["max_abs_correlation"] = result["max_abs_correlation"]
+    row["prefill_breaks"] = ",".join(map(str, breaks))
     row.update(
         {
             "model": base.model["name"],
@@ -149,7 +158,7 @@ def calibrate(
     return pd.DataFrame([row])
 
 
-def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object], dict[str, str]]:
+def _identified_fit(obs, build, defaults, fit, limits, breaks=()) -> tuple[dict[str, object], dict[str, str]]:
     """Fit, then hold at its default every parameter the data do not identify, one at a time.
 
     A parameter is identified when its standard error is at most ``MAX_RELATIVE_SE`` of its value.
@@ -159,7 +168,7 @@ def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object
     """
     names, held = list(fit), {}
     while names:
-        result = _fit.fit(obs, build, defaults, names, limits)
+        result = _fit.fit(obs, build, defaults, names, limits, breaks)
         rel = {n: result["se"][n] / abs(result["params"][n]) if result["params"][n] else np.inf for n in names}
         loose = {n: r for n, r in rel.items() if not result["constrained"][n] or r > _fit.MAX_RELATIVE_SE}
         if not loose:
@@ -167,13 +176,15 @@ def _identified_fit(obs, build, defaults, fit, limits) -> tuple[dict[str, object
         worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
         if not result["constrained"][worst] or np.isnan(rel[worst]):
             why = "the data do not constrain it"
+        elif np.isinf(rel[worst]):
+            why = "the data do not separate it from the other parameters (a singular fit)"
         elif result["params"][worst] <= limits[worst][0] + 1e-6 * max(1.0, abs(defaults[worst])):
             why = f"it fitted to its lower bound {limits[worst][0]:g}, so the data say only that it is small"
         else:
             why = f"its standard error is {rel[worst]:.0%} of its value"
         held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
         names.remove(worst)
-    return {**_fit.residuals_at(obs, build(**defaults)), "params": dict(defaults)}, held
+    return {**_fit.residuals_at(obs, build(**defaults), breaks), "params": dict(defaults)}, held
 
 
 def accuracy(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

@@ -45,8 +45,13 @@ BOUNDS = {
 _START_FRACTIONS = (0.05, 0.5)
 
 
-def predict_ms(cm: CostModel, obs: pd.DataFrame) -> np.ndarray:
-    """The cost model's prediction (ms) of every observation from :func:`observations`."""
+def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] = ()) -> np.ndarray:
+    """The cost model's prediction (ms) of every observation from :func:`observations`.
+
+    With ``prefill_breaks`` (offsets from a prompt's end, as in :func:`toolkit.simulate`) a prompt is
+    prefilled in one step per chunk between the breaks, as llama-server does on a sliding-window
+    model: its TTFT is the sum of those steps, each one also decoding the sequences already running.
+    """
     b = obs["batch"].to_numpy()
     context = obs["context_tokens"].to_numpy()
     cached = obs["cached_tokens"].to_numpy()
@@ -54,8 +59,32 @@ def predict_ms(cm: CostModel, obs: pd.DataFrame) -> np.ndarray:
     m = obs["decoding"].to_numpy()
     tpot = cm.step_ms(b, b * context)
     wait = np.minimum(m, 1.0) * 0.5 * cm.step_ms(m, m * context)
-    ttft = wait + cm.step_ms(m, m * context, wave, cached) + cm.request_overhead_ms
+    if prefill_breaks:
+        own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
+        together = wave / own  # prompts of the wave, each cut at the same breaks
+        prefill = np.zeros(len(obs))
+        for chunk, done in prefill_chunks(own, prefill_breaks):
+            step = cm.step_ms(m, m * context, chunk * together, cached + done)
+            prefill = prefill + np.where(chunk > 0, step, 0.0)
+    else:
+        prefill = cm.step_ms(m, m * context, wave, cached)
+    ttft = wait + prefill + cm.request_overhead_ms
     return np.where(obs["kind"].to_numpy() == "tpot", tpot, ttft)
+
+
+def prefill_chunks(tokens: np.ndarray, prefill_breaks: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The chunks ``tokens`` prompt tokens are prefilled in when every step ends at the first of
+    ``prefill_breaks`` (offsets from the prompt's end) it would cross: (chunk, tokens before it) per
+    step, first step first; a chunk is 0 where that prompt needs fewer steps."""
+    left = np.asarray(tokens, dtype=float)
+    done = np.zeros_like(left)
+    out = []
+    for brk in sorted(set(prefill_breaks), reverse=True):
+        chunk = np.where(left > brk, left - brk, 0.0)
+        out.append((chunk, done))
+        done, left = done + chunk, left - chunk
+    out.append((left, done))
+    return out
 
 
 def fit(
@@ -64,6 +93,7 @@ def fit(
     defaults: Mapping[str, float],
     names: Sequence[str],
     bounds: Mapping[str, tuple[float, float]],
+    prefill_breaks: Sequence[int] = (),
 ) -> dict[str, object]:
     """Bounded least squares of the relative residuals ``(predicted - measured) / measured``.
 
@@ -80,7 +110,7 @@ def fit(
         return {**defaults, **dict(zip(names, map(float, x)))}
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return predict_ms(build(**params_of(x)), obs) / measured - 1.0
+        return predict_ms(build(**params_of(x)), obs, prefill_breaks) / measured - 1.0
 
     best = None
     for x0 in _starts(defaults, names, low, high):
@@ -122,9 +152,9 @@ def _starts(defaults: Mapping[str, float], names: Sequence[str], low: np.ndarray
             yield np.clip(x0, low, high)
 
 
-def residuals_at(obs: pd.DataFrame, model: CostModel) -> dict[str, object]:
+def residuals_at(obs: pd.DataFrame, model: CostModel, prefill_breaks: Sequence[int] = ()) -> dict[str, object]:
     """The fit's summary when nothing is fitted: relative residuals of ``model`` as it is."""
-    resid = predict_ms(model, obs) / obs["measured_ms"].to_numpy() - 1.0
+    resid = predict_ms(model, obs, prefill_breaks) / obs["measured_ms"].to_numpy() - 1.0
     kinds = obs["kind"].to_numpy()
     return {
         "se": {},
@@ -163,11 +193,14 @@ def _uncertainty(
         return se, math.nan, math.inf
     cov = bread * sigma2
     variance = np.diag(cov)
+    # a negative variance is the inverse of a numerically singular J'J (condition number about 1e9
+    # and more), not a precise estimate: the parameter is not identified
+    singular = np.diag(bread) < 0
     clustered = _clustered(bread, j, resid, groups)
     if clustered is not None:
         cov = clustered
         variance = np.maximum(variance, np.diag(clustered))
-    sd = np.sqrt(np.clip(variance, 0, None))
+    sd = np.where(singular, np.inf, np.sqrt(np.clip(variance, 0, None)))
     se[sensitive] = sd
     corr = math.nan
     own = np.sqrt(np.clip(np.diag(cov), 0, None))

@@ -90,6 +90,7 @@ def predict_sweep(
     kv_dtype: object = "fp16",
     max_batch: int = 256,
     max_num_batched_tokens: int = 2048,
+    prefill_breaks: Sequence[int] = (),
 ) -> pd.DataFrame:
     """Predict the levels of a closed-loop sweep: ``lanes`` requests at each in-flight limit.
 
@@ -115,6 +116,8 @@ def predict_sweep(
         The server's cap on running sequences (llama-server ``--parallel``, vLLM ``--max-num-seqs``).
     max_num_batched_tokens : int
         Token budget of one engine step.
+    prefill_breaks : sequence of int
+        The server's prefill breaks, as in :func:`toolkit.simulate`.
 
     Returns
     -------
@@ -161,6 +164,7 @@ def predict_sweep(
             max_num_batched_tokens=max_num_batched_tokens,
             cost=cost,
             warmup_fraction=0.0,
+            prefill_breaks=prefill_breaks,
         )
         req = result.requests
         wall = float((req["arrival_s"] + req["e2e_s"]).max())

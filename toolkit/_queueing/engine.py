@@ -53,6 +53,16 @@ class _Clock:
         return fit
 
 
+def _cut(left: int, chunk: int, breaks: tuple[int, ...]) -> int:
+    """``chunk`` ended at the first break it crosses: with ``left`` prompt tokens still to prefill, a
+    step takes at most ``left - b`` of them for the largest break ``b`` below ``left`` (``breaks`` in
+    descending order)."""
+    for b in breaks:
+        if b < left:
+            return chunk if chunk < left - b else left - b
+    return chunk
+
+
 class _Replica:
     __slots__ = (
         "index",
@@ -115,8 +125,12 @@ class _Engine:
         output,
         arrival,
         closed_loop,
+        prefill_breaks=(),
     ):
         self.clock = clock
+        # offsets from a prompt's end at which the engine ends a prefill chunk (llama-server on a
+        # sliding-window model: the last 4 and the last 4 + n_ubatch tokens go in steps of their own)
+        self.breaks = tuple(sorted(prefill_breaks, reverse=True))
         self.budget = kv_budget
         self.slack = slack
         self.max_batch = max_batch
@@ -252,6 +266,7 @@ class _Engine:
         heappush, heappop = heapq.heappush, heapq.heappop
         overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
         token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
+        breaks = self.breaks
         shared = self.routing == "shared_queue"
         round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
         # per replica: requests waiting plus running (with a queue per replica, they change only as
@@ -375,6 +390,8 @@ class _Engine:
                     if room <= 0:
                         break
                     chunk = entry[1] if entry[1] < room else room
+                    if breaks:
+                        chunk = _cut(entry[1], chunk, breaks)
                     entry[3] = chunk
                     chunked += 1
                     p_tokens += chunk
@@ -393,6 +410,8 @@ class _Engine:
                         admit_t[rid] = now
                     replica_of[rid] = index
                     chunk = need if need < room else room
+                    if breaks:
+                        chunk = _cut(need, chunk, breaks)
                     prefill.append([rid, need, 0, chunk])
                     chunked += 1
                     p_tokens += chunk

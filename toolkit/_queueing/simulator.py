@@ -30,6 +30,7 @@ Steps that prefill are computed one call each.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,13 @@ LONG_REQUESTS = 200_000
 # slightly different lengths, so clients drift out of phase; issue 17's 70B FP8 TP2 runs at 25-50
 # clients came out +160-197% on TTFT in lock-step and about half that with a 5% spread.
 CLOSED_LOOP_OUTPUT_CV = 0.05
+
+
+def check_breaks(prefill_breaks: object) -> tuple[int, ...]:
+    """``prefill_breaks`` as a tuple of distinct ints >= 1 (ValueError naming the argument)."""
+    if isinstance(prefill_breaks, (str, bytes)) or not isinstance(prefill_breaks, Sequence):
+        raise ValueError(f"prefill_breaks must be a sequence of integers >= 1, got {prefill_breaks!r}")
+    return tuple(sorted({check_int("prefill_breaks", b, low=1, high=MAX_TOKENS) for b in prefill_breaks}))
 
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
@@ -100,6 +108,7 @@ def simulate(
     backend: object = None,
     progress: bool | None = None,
     output_cv: float | None = None,
+    prefill_breaks: Sequence[int] = (),
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -176,6 +185,13 @@ def simulate(
     progress : bool, optional
         A tqdm bar of the requests reaching the engine: True shows it, False never; None (default)
         shows it for runs of 200,000 requests or more when stderr is a terminal.
+    prefill_breaks : sequence of int
+        Offsets from a prompt's end at which the engine ends a prefill chunk (each >= 1): a prompt
+        with ``left`` tokens still to prefill gets at most ``left - b`` of them in a step, ``b`` the
+        largest offset below ``left``. Empty (default): a prompt is cut only by the token budget, as
+        vLLM does. llama-server on a sliding-window model (Gemma 3) prefills the last 4 and the last
+        4 + ``n_ubatch`` tokens of a prompt in steps of their own, to checkpoint the state before
+        them (``toolkit._sweep.llama_server.SCHEDULING``).
 
     Returns
     -------
@@ -219,6 +235,7 @@ def simulate(
         all_at_once = concurrency is not None and concurrency >= prompt.size
         warmup_fraction = 0.0 if all_at_once else 0.1
     warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
+    breaks = check_breaks(prefill_breaks)
     cm = _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget)
     kv_budget = int(cm.kv_budget_tokens)
     slack = max(int(getattr(cm, "kv_block_tokens", 1)) - 1, 0)
@@ -251,6 +268,7 @@ def simulate(
         output,
         arrival,
         closed_loop=arrival is None,
+        prefill_breaks=breaks,
     )
     n_warm = int(warm * n)
     engine.window_request = n_warm
@@ -278,5 +296,6 @@ def simulate(
         "seed": seed,
         "warmup_fraction": warm,
         "output_cv": spread,
+        "prefill_breaks": breaks,
     }
     return SimulationResult(requests, pd.DataFrame([summary]), config)

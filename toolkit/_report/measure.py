@@ -20,10 +20,19 @@ __all__ = ["notebook_levels"]
 # so that each level has a spread: about four minutes on 2 cores.
 LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
 # The held-out production traffic the local report replays: 12 s of the conversation trace from minute
-# 30, stretched 3x, lengths divided by 20 (about 60 requests a one-thread llama-server serves in
-# under a minute). The profile never sees it.
-HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 12, "time_scale": 3, "token_scale": 0.05}
+# 30 (70 requests), lengths divided by 20, stretched in time so that the server runs it at
+# HELD_OUT_UTILISATION. The profile never sees the replay's measurements.
+HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 12, "token_scale": 0.05}
 HELD_OUT_TRACE_NAME = "azure-conv-2023"
+# The load the replay is run at, fixed before any replay at it was measured: the share of the time
+# the profile-calibrated model says the server is busy. 0.6 is where a capacity plan runs a server:
+# requests queue (a median TTFT above a lone prefill) but the server is not saturated. A fixed
+# stretch does not fix the load: at 3x this slice kept the host busy 87% of the time by the model
+# calibrated on 2026-12-04 at 18:24 (the replay's median TTFT 1.4 s, several lone prefills), where
+# a few percent of service time is tens of percent of wait, and a slower or faster host moves it.
+HELD_OUT_UTILISATION = 0.6
+# stretches tried, from the trace's own speed to 30x, in steps of 5%
+_TIME_SCALES = tuple(round(1.05**k, 3) for k in range(70))
 
 
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
@@ -63,6 +72,8 @@ class _Run:
     profile: pd.DataFrame | None = None
     replay: object = None
     others: dict[str, float] = field(default_factory=dict)
+    # the replay's stretch and the utilisation the calibrated model predicted for it
+    replay_load: dict[str, float] = field(default_factory=dict)
 
 
 def _recorded_run() -> _Run:
@@ -94,7 +105,8 @@ def _measure_local(out: Path) -> _Run:
         start = host_state.sample(pid)
         run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label)
         swept = host_state.sample(pid)
-        trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
+        scale, load = held_out_time_scale(profiled, host)
+        trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         run.replay = replay_trace(trace, server=server, progress=False)
         replayed = host_state.sample(pid)
         threads = server.threads
@@ -104,9 +116,10 @@ def _measure_local(out: Path) -> _Run:
     )
     run.conditions["held-out traffic"] = (
         f"{len(trace)} requests: {HELD_OUT_TRACE_NAME} from {HELD_OUT_TRACE['start_s']} s for"
-        f" {HELD_OUT_TRACE['duration_s']} s, times x{HELD_OUT_TRACE['time_scale']}, lengths"
-        f" x{HELD_OUT_TRACE['token_scale']}"
+        f" {HELD_OUT_TRACE['duration_s']} s, times x{scale:g}, lengths x{HELD_OUT_TRACE['token_scale']}; the"
+        f" stretch puts the calibrated model's utilisation at {load:.0%} (target {HELD_OUT_UTILISATION:.0%})"
     )
+    run.replay_load = {"time_scale": scale, "predicted_utilisation": load}
     run.host = host
     run.profile = profiled
     run.others = {
@@ -114,6 +127,41 @@ def _measure_local(out: Path) -> _Run:
         "trace replay": host_state.conditions(swept, replayed)["other_cpu_share"],
     }
     return run
+
+
+def held_out_time_scale(profiled: pd.DataFrame, host: pd.DataFrame) -> tuple[float, float]:
+    """The least stretch of the held-out slice (``_TIME_SCALES``) at which the model calibrated on
+    ``profiled`` keeps the local llama-server busy at most ``HELD_OUT_UTILISATION`` of the time, and
+    that utilisation. Only the profile and the trace's own lengths decide it, never a replay.
+    Prompts are sized as the server will count them: at least the chat template's tokens
+    (``TEMPLATE_TOKENS``), one of them found in the cache."""
+    from toolkit._calibration.calibrate import calibrate
+    from toolkit._model.serving import cost_model
+    from toolkit._queueing.simulator import simulate
+    from toolkit._report.trust_section import MODEL, QUANT
+    from toolkit._sweep.llama_server import SCHEDULING
+    from toolkit._workload.traces import load_trace
+
+    fitted = calibrate(profiled, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
+    cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
+    base = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
+    base["prompt_tokens"] = base["prompt_tokens"].clip(lower=TEMPLATE_TOKENS) - 1
+    load = 1.0
+    for scale in _TIME_SCALES:
+        trace = base.assign(arrival_s=base["arrival_s"] * scale)
+        result = simulate(
+            None, None, None, None, None, None, trace=trace, cost=cm, max_batch=LOCAL_SWEEP["lanes"],
+            warmup_fraction=0.0, progress=False, **SCHEDULING,
+        )  # fmt: skip
+        load = float(result.summary["utilization"].iloc[0])
+        if load <= HELD_OUT_UTILISATION:
+            return scale, load
+    return scale, load
+
+
+# the chat template's own tokens around a one-word prompt to the local Gemma-3-270M llama-server (its
+# shortest prompt; replay_trace measures it, 2026-12-04)
+TEMPLATE_TOKENS = 25
 
 
 def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, settings: dict, label: str) -> _Run:

@@ -26,6 +26,7 @@ def _trust(run: _Run):
     if run.profile is None or run.host is None or run.lanes is None:
         return None
     from toolkit._report.measure import LOCAL_SWEEP
+    from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._validation.trust import busy_reason, trust_check
 
     requests = run.replay.requests if run.replay is not None else None
@@ -38,6 +39,7 @@ def _trust(run: _Run):
         gpu=run.host,
         quant=QUANT,
         max_batch=LOCAL_SWEEP["lanes"],
+        **SCHEDULING,
         refused=busy_reason(run.profile, run.others),
     )
 

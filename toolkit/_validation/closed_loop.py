@@ -85,8 +85,17 @@ def _workload(lanes: pd.DataFrame, limit: int) -> pd.DataFrame:
 
 
 def _predict(
-    run: _Recorded, gpu: object, calibration: object, max_batch: int, *, model: object = MODEL, quant: object = QUANT
+    run: _Recorded,
+    gpu: object,
+    calibration: object,
+    max_batch: int,
+    *,
+    model: object = MODEL,
+    quant: object = QUANT,
+    scheduling: dict | None = None,
 ) -> pd.DataFrame:
+    """Every level of ``run`` predicted with the simulator; ``scheduling`` holds the server's
+    ``max_num_batched_tokens`` and ``prefill_breaks`` (the simulator's defaults when None)."""
     levels = []
     for limit in sorted(run.levels["in_flight"].unique()):
         tokens = _workload(run.lanes, limit)
@@ -104,6 +113,7 @@ def _predict(
                 limits=[int(limit)],
                 calibration=calibration,
                 max_batch=max_batch,
+                **(scheduling or {}),
             )
         )
     return pd.concat(levels, ignore_index=True)

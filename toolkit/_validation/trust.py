@@ -112,17 +112,24 @@ def trust_check(
     quant: object,
     max_batch: int,
     max_num_batched_tokens: int = 2048,
+    prefill_breaks: tuple[int, ...] = (),
     refused: str = "",
 ) -> TrustCheck:
-    """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring)."""
+    """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring).
+
+    ``max_num_batched_tokens`` and ``prefill_breaks`` describe how the server schedules a step (as in
+    :func:`toolkit.simulate`); the calibration, the sweep's and the replay's predictions all use them.
+    """
     if refused:
         return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused)
-    fitted = calibrate(profile, model, gpu, quant)
-    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant)
+    fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks)
+    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks)
     run = _Recorded(sweep_lanes, sweep_levels)
+    scheduling = {"max_num_batched_tokens": max_num_batched_tokens, "prefill_breaks": prefill_breaks}
     tables = []
     for label, calibration in (("none", None), (FITTED, fitted)):
-        table = accuracy(_predict(run, gpu, calibration, max_batch, model=model, quant=quant), sweep_levels)
+        predicted = _predict(run, gpu, calibration, max_batch, model=model, quant=quant, scheduling=scheduling)
+        table = accuracy(predicted, sweep_levels)
         tables.append(table.assign(calibration=label))
     sweep = pd.concat(tables, ignore_index=True)
     calibrated = sweep[sweep["calibration"].eq(FITTED)]
@@ -130,16 +137,22 @@ def trust_check(
     replay, replay_err = None, np.nan
     if replay_requests is not None:
         cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
-        replay = replay_accuracy(
-            replay_requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens
-        )
+        replay = replay_accuracy(replay_requests, cm, max_batch=max_batch, **scheduling)
         latency = replay[replay["metric"].isin(REPLAY_METRICS)]
         replay_err = float(latency["rel_err"].abs().median())
     sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err)
     return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence)
 
 
-def cell_fit(profile: pd.DataFrame, calibration: object, *, model: object, gpu: object, quant: object) -> pd.DataFrame:
+def cell_fit(
+    profile: pd.DataFrame,
+    calibration: object,
+    *,
+    model: object,
+    gpu: object,
+    quant: object,
+    prefill_breaks: tuple[int, ...] = (),
+) -> pd.DataFrame:
     """How a calibration reproduces the profile cells it was fitted to, one row per cell.
 
     A fit can only be as good as the model's shape: a cell that the calibrated model misses by more
@@ -155,7 +168,8 @@ def cell_fit(profile: pd.DataFrame, calibration: object, *, model: object, gpu: 
         left out, as in the fit.
     """
     obs = observations(profile)
-    obs = obs.assign(fitted_ms=predict_ms(cost_model(model, gpu, quant, calibration=calibration), obs))
+    cm = cost_model(model, gpu, quant, calibration=calibration)
+    obs = obs.assign(fitted_ms=predict_ms(cm, obs, prefill_breaks))
     keys = ["cell", "batch", "prompt_tokens_target", "kind"]
     cells = obs.groupby(keys, sort=False)[["measured_ms", "fitted_ms"]].median().reset_index()
     cells = cells.rename(columns={"prompt_tokens_target": "prompt_tokens", "kind": "measures"})
@@ -164,7 +178,12 @@ def cell_fit(profile: pd.DataFrame, calibration: object, *, model: object, gpu: 
 
 
 def replay_accuracy(
-    requests: pd.DataFrame, cm: object, *, max_batch: int, max_num_batched_tokens: int = 2048
+    requests: pd.DataFrame,
+    cm: object,
+    *,
+    max_batch: int,
+    max_num_batched_tokens: int = 2048,
+    prefill_breaks: tuple[int, ...] = (),
 ) -> pd.DataFrame:
     """Simulate a replay's successful requests as the server saw them and compare percentiles."""
     ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
@@ -179,6 +198,7 @@ def replay_accuracy(
     result = simulate(
         None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
         max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
+        prefill_breaks=prefill_breaks,
     )  # fmt: skip
     sim = result.requests
     predicted = {"ttft_ms": sim["ttft_s"] * 1e3, "tpot_ms": sim["tpot_s"] * 1e3, "e2e_ms": sim["e2e_s"] * 1e3}

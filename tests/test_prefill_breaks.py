@@ -1,0 +1,146 @@
+"""Prefill breaks: a server that prefills the last tokens of a prompt in steps of their own.
+
+llama-server on a sliding-window model (Gemma 3) stops filling a prompt into the batch when 4 + n_ubatch
+and when 4 tokens remain, to checkpoint the slot's state before them
+(``toolkit._sweep.llama_server.SCHEDULING``). The simulator and the calibration follow it when given
+``prefill_breaks``; the step counts below are derived by hand from that rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import toolkit as tk
+from toolkit._calibration.fit import predict_ms, prefill_chunks
+from toolkit._calibration.observations import observations
+from toolkit._sweep.llama_server import SCHEDULING
+
+BREAKS = (4, 516)
+STEP_MS = 10.0
+
+
+class _Flat:
+    """Every step takes 10 ms, whatever it holds: a request's times count its steps."""
+
+    kv_budget_tokens = 10**6
+    request_overhead_ms = 0.0
+    kv_block_tokens = 1
+
+    def step_ms(self, n, kv, p, c):
+        return STEP_MS + 0 * np.asarray(kv, dtype=float)
+
+
+def _lone(prompt: int, output: int, breaks=BREAKS, budget: int = 512) -> pd.Series:
+    trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [prompt], "output_tokens": [output]})
+    result = tk.simulate(
+        None, None, None, None, None, None, trace=trace, cost=_Flat(), max_batch=8, max_num_batched_tokens=budget,
+        warmup_fraction=0.0, prefill_breaks=breaks,
+    )  # fmt: skip
+    return result.requests.iloc[0]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "steps"),
+    [
+        (4, 1),  # nothing before the last 4
+        (5, 2),  # 1, then 4
+        (29, 2),  # 25, then 4 (what the server's log showed for a 29-token prompt)
+        (516, 2),  # 512, then 4
+        (600, 3),  # 84, 512, 4
+        (1100, 4),  # 512 (the budget), 72, 512, 4
+    ],
+)
+def test_a_lone_prompt_takes_one_step_per_chunk_between_the_breaks(prompt, steps):
+    row = _lone(prompt, 3)
+    assert row["ttft_s"] * 1e3 == pytest.approx(steps * STEP_MS)
+    assert row["e2e_s"] * 1e3 == pytest.approx((steps + 2) * STEP_MS)
+    # without breaks only the token budget cuts a prompt
+    plain = _lone(prompt, 3, breaks=())
+    assert plain["ttft_s"] * 1e3 == pytest.approx(-(-prompt // 512) * STEP_MS)
+
+
+def test_the_running_decodes_take_a_token_in_every_step_of_a_broken_prefill():
+    # A: 5 tokens of prompt (steps 1 and 2 at 10 and 20 ms), then 10 tokens. B arrives at 25 ms with
+    # 29 tokens: its prefill is steps 4 (25 tokens) and 5 (4 tokens), which also decode A; A's
+    # first token came at 20 ms and its tenth at 20 + 9 x 10 ms.
+    trace = pd.DataFrame({"arrival_s": [0.0, 0.025], "prompt_tokens": [5, 29], "output_tokens": [10, 2]})
+    result = tk.simulate(
+        None, None, None, None, None, None, trace=trace, cost=_Flat(), max_batch=8, max_num_batched_tokens=512,
+        warmup_fraction=0.0, prefill_breaks=BREAKS,
+    )  # fmt: skip
+    a, b = result.requests.iloc[0], result.requests.iloc[1]
+    assert a["ttft_s"] * 1e3 == pytest.approx(20.0)
+    assert a["e2e_s"] * 1e3 == pytest.approx(110.0)
+    assert b["ttft_s"] * 1e3 == pytest.approx(50.0 - 25.0)  # steps ending at 40 and 50 ms
+    assert result.config["prefill_breaks"] == BREAKS
+
+
+def test_prefill_chunks_by_hand():
+    chunks = prefill_chunks(np.array([3.0, 29.0, 600.0]), BREAKS)
+    sizes = np.array([c for c, _ in chunks])
+    before = np.array([d for _, d in chunks])
+    np.testing.assert_array_equal(sizes, [[0, 0, 84], [0, 25, 512], [3, 4, 4]])
+    np.testing.assert_array_equal(before, [[0, 0, 0], [0, 0, 84], [0, 25, 596]])
+
+
+def _profile(cm, breaks) -> pd.DataFrame:
+    """A profile whose every request takes exactly what ``cm`` says, prefilled as ``breaks`` cut it."""
+    rows = []
+    for _ in range(3):
+        for context in (64, 1024):
+            rows.append(("decode", 1, context, 32, np.nan, float(cm.step_ms(1, context + 16))))
+        for batch in (2, 4, 8):
+            rows += [("batch", batch, 64, 32, np.nan, float(cm.step_ms(batch, batch * (64 + 16))))] * batch
+        for prompt in (32, 128, 384, 768):
+            chunks = prefill_chunks(np.array([prompt - 1.0]), breaks)
+            steps = [float(cm.step_ms(0, 0, c[0], 1 + d[0])) for c, d in chunks if c[0] > 0]
+            rows.append(("prefill", 1, prompt, 1, sum(steps) + cm.request_overhead_ms, np.nan))
+    frame = pd.DataFrame(rows, columns=["cell", "batch", "prompt_tokens", "output_tokens", "ttft_ms", "step"])
+    frame["wave"] = np.arange(len(frame))  # each request its own wave: no clustering
+    frame["prompt_tokens_target"] = frame["prompt_tokens"]
+    frame["cached_tokens"] = 1.0  # the template's first token, restored from a checkpoint
+    frame["tpot_ms"] = frame["step"]
+    frame["itl_ms_p50"] = frame["step"]
+    frame["outcome"] = "ok"
+    frame["noisy"] = False
+    return frame.drop(columns="step")
+
+
+HOST = {"name": "cpu-like", "memory_gb": 64.0, "bandwidth_gb_s": 24.0, "fp16_tflops": 0.19, "interconnect_gb_s": 1.0}
+TRUTH = {"mbu": 0.4, "mfu": 0.35, "serial_share": 1.0, "batched_mbu_factor": 0.5, "request_overhead_ms": 30.0}
+
+
+def test_calibrating_with_the_servers_breaks_recovers_its_parameters_and_without_them_does_not():
+    cm = tk.cost_model("Gemma-3-270M", HOST, "q4_k_m", **TRUTH)
+    profile = _profile(cm, BREAKS)
+    obs = observations(profile)
+    ttft = obs["kind"].eq("ttft").to_numpy()
+    # the calibration's own prediction of a broken prefill is the sum of its steps, as built above
+    np.testing.assert_allclose(predict_ms(cm, obs, BREAKS), obs["measured_ms"], rtol=1e-9)
+    fitted = tk.calibrate(profile, "Gemma-3-270M", HOST, "q4_k_m", prefill_breaks=BREAKS).iloc[0]
+    for name in ("mbu", "mfu", "batched_mbu_factor", "request_overhead_ms"):
+        assert fitted[name] == pytest.approx(TRUTH[name], rel=0.02), name
+    assert fitted["prefill_breaks"] == "4,516"
+    # One step per prompt fits these TTFTs too, but only by reading the second pass over the weights
+    # as request overhead: time the simulator spends off the engine, where running decodes do not
+    # wait for it.
+    plain = tk.calibrate(profile, "Gemma-3-270M", HOST, "q4_k_m").iloc[0]
+    plain_cm = tk.cost_model("Gemma-3-270M", HOST, "q4_k_m", calibration=plain)
+    assert np.abs(predict_ms(plain_cm, obs) / obs["measured_ms"] - 1)[ttft].max() < 0.02
+    one_pass = float(cm.step_ms(0, 0, 4, 1))  # the last 4 tokens: about one pass over the weights
+    assert plain["request_overhead_ms"] - TRUTH["request_overhead_ms"] == pytest.approx(one_pass, rel=0.3)
+
+
+def test_the_llama_server_scheduling_is_its_ubatch_and_breaks():
+    assert SCHEDULING == {"max_num_batched_tokens": 512, "prefill_breaks": (4, 516)}
+
+
+@pytest.mark.parametrize("value", ["4", [0], [4.5], None])
+def test_bad_breaks_name_the_argument(value):
+    with pytest.raises(ValueError, match="prefill_breaks"):
+        tk.simulate(
+            None, None, None, None, None, None, trace=pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4],
+            "output_tokens": [2]}), cost=_Flat(), prefill_breaks=value,
+        )  # fmt: skip
