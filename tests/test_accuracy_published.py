@@ -38,10 +38,13 @@ def _table(*changes: dict) -> pd.DataFrame:
 def test_single_request_itl_is_the_weights_and_kv_over_the_bandwidth():
     # Llama-3.1-8B fp16 on an H100 SXM: 8.0303e9 params x 2 bytes; KV per layer and token
     # 2 (K, V) x 8 heads x 128 dims x 2 bytes; context 1 + 2/2 = 2 tokens read, 1 written, 32 layers;
-    # 3350 GB/s at the default MBU 0.7, plus the 0.5 ms step overhead and 5 us for the one sequence
-    # (compute is far below).
+    # 3350 GB/s at the default MBU 0.7, plus the 0.5 ms step overhead and 5 us for the one sequence.
+    # Compute is far below and adds its serial share 0.3: 2 x (8.0303e9 - 2 x 128,256 x 4,096) body and
+    # 2 x 128,256 x 4,096 logits FLOPs, and 4 x 32 heads x 128 x 32 layers x 2 context tokens of attention,
+    # at 989.4 TFLOPS x 0.55.
     read = 8.0303e9 * 2 + 2 * 8 * 128 * 2 * 32 * 3
-    expected = read / (3350e9 * 0.7) * 1e3 + 0.505
+    flops = 2 * (8.0303e9 - 2 * 128_256 * 4_096) + 2 * 128_256 * 4_096 + 4 * 32 * 128 * 32 * 2
+    expected = read / (3350e9 * 0.7) * 1e3 + 0.3 * flops / (989.4e12 * 0.55) * 1e3 + 0.505
     out = toolkit.accuracy_against_published(_table({}))
     assert out.loc[0, "predicted"] == pytest.approx(expected, rel=1e-9)
     assert out.loc[0, "signed_err"] == pytest.approx(expected / 10.0 - 1)
@@ -54,10 +57,12 @@ def test_offline_prompts_share_a_prefill_step_but_attend_only_to_themselves():
     cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "fp16", backend="vllm")
     # 8,192-token steps hold 64 prompts of 128 tokens. Compute: 2 x (8.0303e9 - 128,256 x 4,096 x 2)
     # FLOPs per token for the 8,192 tokens, plus 64 prompts x 128 x 129 / 2 causal pairs x 32 layers
-    # x 4 x 32 heads x 128; at 989.4 TFLOPS x 0.5. Memory (16.0606 GB of weights and 8,192 tokens of
-    # KV written, 131,072 B each, at 3,350 GB/s x 0.7) is far below; plus the 0.5 ms step overhead.
+    # x 4 x 32 heads x 128; at 989.4 TFLOPS x 0.55. Memory (16.0606 GB of weights and 8,192 tokens of
+    # KV written, 131,072 B each, at 3,350 GB/s x 0.7) is far below and adds its serial share 0.3; plus the
+    # 0.5 ms step overhead.
     flops = 2 * (8.0303e9 - 128_256 * 4_096 * 2) * 8_192 + 64 * 128 * 129 / 2 * 32 * 4 * 32 * 128
-    expected = (flops / (989.4e12 * 0.5) * 1e3 + 0.5) / 8_192
+    memory_ms = (8.0303e9 * 2 + 8_192 * 131_072) / (3350e9 * 0.7) * 1e3
+    expected = (flops / (989.4e12 * 0.55) * 1e3 + 0.3 * memory_ms + 0.5) / 8_192
     assert _prefill_ms_per_token(cm, 128) == pytest.approx(expected, rel=1e-9)
     # a static batch of 64 such prompts prefills in that one step
     assert _packed_prefill_ms(cm, 128, 64) == pytest.approx(expected * 8_192, rel=1e-9)

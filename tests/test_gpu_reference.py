@@ -37,21 +37,31 @@ def test_measurements_respect_the_datasheet():
 
 def test_one_decode_step_by_hand(check):
     row = check[(check["kind"] == "decode") & (check["decode_seqs"] == 1) & (check["context_tokens"] == 512)].iloc[0]
-    # defaults: mbu 0.7, step overhead 0.5 ms, 5 us per decoding sequence; compute is far below memory
-    # here. The step reads the weights and the 512 KV tokens and writes the new token's KV.
+    # defaults: mbu 0.7, mfu 0.55, serial share 0.3, step overhead 0.5 ms, 5 us per decoding sequence.
+    # The step reads the weights and the 512 KV tokens and writes the new token's KV; its compute (2 FLOPs
+    # per non-embedding parameter, 2 x 128,256 x 4,096 for the logits, 4 x 32 heads x 128 x 32 layers per
+    # context token) is far below and adds 0.3 of its time.
     memory_ms = (WEIGHT_BYTES + (512 + 1) * KV_BYTES_PER_TOKEN) / (PEAK_GB_S * 1e9 * 0.7) * 1e3
+    flops = 2 * (8.0303e9 - 2 * 128_256 * 4_096) + 2 * 128_256 * 4_096 + 4 * 32 * 128 * 32 * 512
+    compute_ms = flops / (PEAK_TFLOPS * 1e12 * 0.55) * 1e3
     assert row["memory_ms"] == pytest.approx(memory_ms, rel=1e-6)
-    assert row["predicted_ms"] == pytest.approx(memory_ms + 0.5 + 0.005, rel=1e-6)
-    assert row["error"] == pytest.approx((memory_ms + 0.505) / row["measured_ms"] - 1, rel=1e-6)
+    assert row["compute_ms"] == pytest.approx(compute_ms, rel=1e-6)
+    step_ms = memory_ms + 0.3 * compute_ms + 0.505
+    assert row["predicted_ms"] == pytest.approx(step_ms, rel=1e-6)
+    assert row["error"] == pytest.approx(step_ms / row["measured_ms"] - 1, rel=1e-6)
 
 
 def test_default_model_against_the_h200(check):
     decode = check[check["kind"] == "decode"]
     prefill = check[check["kind"] == "prefill"]
-    # the README's claims: decode within 10% median and 30% at worst; prefill of 512+ tokens within 15%
+    mixed = check[check["kind"] == "mixed"]
+    # the README's claims: decode within 10% median and 35% at worst; prefill of 512+ tokens within 10%;
+    # prefill at 128 tokens and decodes beside a prompt chunk within 20%
     assert np.median(decode["error"].abs()) < 0.10
-    assert decode["error"].abs().max() < 0.30
-    assert prefill[prefill["prefill_tokens"] >= 512]["error"].abs().max() < 0.15
+    assert decode["error"].abs().max() < 0.35
+    assert prefill[prefill["prefill_tokens"] >= 512]["error"].abs().max() < 0.10
+    assert prefill["error"].abs().max() < 0.20
+    assert mixed["error"].abs().max() < 0.20
 
 
 def test_efficiencies_reach_the_prediction(check):
