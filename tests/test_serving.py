@@ -201,8 +201,9 @@ def test_our_model_reduces_to_chimeraforge_under_their_assumptions(gpu, theirs):
         "intermediate_size": 1,
         "vocab_size": 1,
     }
+    roofline = {"serial_share": 0.0}
     got = toolkit.ttft_ms(
-        seven_b, gpu, "fp16", 512, mfu=0.4, request_overhead_ms=0, step_overhead_ms=0, serial_share=0.0
+        seven_b, gpu, "fp16", 512, mfu=0.4, request_overhead_ms=0, step_overhead_ms=0, calibration=roofline
     )
     assert got == pytest.approx(theirs, rel=0.002)
 

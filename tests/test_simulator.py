@@ -308,8 +308,9 @@ class _SmallKV:
 
 @pytest.mark.parametrize("routing", ["round_robin", "shared_queue"])
 def test_event_skipping_equals_stepping_one_iteration_at_a_time(monkeypatch, routing):
-    # without issue 17's per-sequence overhead, as the settings below were chosen to preempt
-    cm = toolkit.cost_model("Gemma-3-270M", "T4", "fp16", seq_overhead_us=0.0)
+    # without issue 17's per-sequence overhead and with the mfu and serial share of before the H200 fit
+    # (0.5 and 0), as the settings below were chosen to preempt
+    cm = toolkit.cost_model("Gemma-3-270M", "T4", "fp16", seq_overhead_us=0.0, mfu=0.5, serial_share=0.0)
     kwargs = dict(
         model=None,
         gpu=None,

@@ -8,7 +8,9 @@ measurement is compared. Writes ``reports/bench/gpu_reference.json``:
 - the hardware against the catalog's datasheet figures (copy bandwidth, bf16 and fp8 GEMM rates);
 - the default cost model's error per kind of step (median and largest |error|, signed median);
 - what the decode steps say beyond the model: a least-squares split of the decode step into
-  weights read, KV read and a per-sequence cost, giving the bandwidth share each part reaches.
+  weights read, KV read and a per-sequence cost, giving the bandwidth share each part reaches;
+- the source of the default ``mfu`` and ``serial_share`` (efficiency.csv): one least-squares fit of the
+  two over every measured step, the other efficiencies at their defaults.
 """
 
 from __future__ import annotations
@@ -46,6 +48,31 @@ def _decode_split(check, bandwidth_gb_s: float, weight_bytes: float, kv_bytes_pe
     }
 
 
+def _roofline_fit(check) -> dict:
+    """``mfu`` and ``serial_share`` fitted together to every measured step (errors as log ratios, so a
+    step too slow and one too fast by the same factor weigh the same), the other efficiencies held."""
+    from scipy.optimize import least_squares
+
+    import toolkit as tk
+
+    measured = check["measured_ms"].to_numpy(float)
+
+    def residuals(x):
+        predicted = tk.gpu_reference_check(calibration={"mfu": x[0], "serial_share": x[1]})["predicted_ms"]
+        return np.log(predicted.to_numpy(float) / measured)
+
+    fit = least_squares(residuals, x0=[0.5, 0.0], bounds=([0.05, 0.0], [1.0, 1.0]))
+    errors = np.expm1(fit.fun)
+    return {
+        "mfu": float(fit.x[0]),
+        "serial_share": float(fit.x[1]),
+        "steps": len(measured),
+        "median_abs_err": float(np.median(np.abs(errors))),
+        "max_abs_err": float(np.max(np.abs(errors))),
+        "note": "mfu and serial_share fitted to every step (prefill, decode, mixed), mbu and overheads at defaults",
+    }
+
+
 def main() -> None:
     if "--measure" in sys.argv:
         subprocess.run([sys.executable, str(Path(__file__).with_name("gpu_reference_engine.py")), str(OUT)], check=True)
@@ -77,8 +104,15 @@ def main() -> None:
             "fp8_tflops": float(data.loc["gemm_fp8", "value"]),
             "fp8_share_of_datasheet": float(data.loc["gemm_fp8", "value"] / gpu["fp8_tflops"]),
         },
-        "default_model": {"mbu": cm.mbu, "mfu": cm.mfu, "step_overhead_ms": cm.step_overhead_ms, "per_kind": per_kind},
+        "default_model": {
+            "mbu": cm.mbu,
+            "mfu": cm.mfu,
+            "serial_share": cm.serial_share,
+            "step_overhead_ms": cm.step_overhead_ms,
+            "per_kind": per_kind,
+        },
         "decode_split": _decode_split(check, cm.bandwidth_gb_s, cm.weights_bytes, cm.kv_bytes_per_token),
+        "roofline_fit": _roofline_fit(check),
         "rows": check.round(4).to_dict(orient="records"),
     }
     OUT.mkdir(parents=True, exist_ok=True)

@@ -49,10 +49,11 @@ backend's rows of ``data/engine_efficiency.csv`` (its release's too, given ``eng
 overrides them, explicit keyword arguments override all.
 
 Why our TTFT differs from chimeraforge 0.6.0's (``2 x params x tokens / (TFLOPS x 0.4)``; 7B, 512
-tokens: H100 18.1 / RTX 4090 108.5 / T4 275.7 ms against our 24.0 / 91.6 / 216.7 ms for Llama-2-7B):
+tokens: H100 18.1 / RTX 4090 108.5 / T4 275.7 ms against our 24.6 / 90.1 / 216.3 ms for Llama-2-7B):
 we count non-embedding parameters only (a 7B Llama has 0.26B of embeddings that do no prefill FLOPs),
-add the causal attention FLOPs, use MFU 0.5 rather than 0.4, floor the time at one read of the
-weights (which decides short prompts), and add a 0.5 ms step and a 10 ms per-request overhead. On a
+add the causal attention FLOPs, use MFU 0.55 rather than 0.4, add 0.3 of the weights' read time
+(``serial_share``), floor the time at one read of the weights (which decides short prompts), and add
+a 0.5 ms step and a 10 ms per-request overhead. On a
 fast GPU the fixed overheads dominate a 14 ms prefill and we are slower; on slow GPUs the higher MFU
 dominates and we are faster. With their assumptions our function reproduces their figures
 (tests/test_serving.py).
@@ -134,8 +135,9 @@ def cost_model(
         Latency of one all-reduce (us).
     serial_share : float, optional
         Share of the smaller of a step's memory and compute times that is added to the larger, in
-        [0, 1]: 0 is the roofline (GPUs overlap loads and math), 1 a CPU core that does one after
-        the other.
+        [0, 1]: 0 is the roofline (loads and math fully overlapped), 1 a CPU core that does one
+        after the other; the default 0.3 is fitted to this project's H200, where a step's kernels
+        are each memory- or compute-bound on their own.
     batched_mbu_factor : float, optional
         ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
         weights at one efficiency whatever the step; below 1 for an engine whose single-token step
