@@ -334,10 +334,11 @@ def test_single_stream_prediction_for_the_reference():
     row = _reference_check.single_stream_check().iloc[0]
     # By hand: 8.03e9 params x 2 bytes = 16.06 GB of weights; 1,792 GB/s x MBU 0.7 = 1,254 GB/s,
     # so 12.80 ms per token, + 0.5 ms step overhead + ~2,400 tokens of KV (131,072 B each: 0.31 GB,
-    # 0.25 ms) = 13.55 ms, i.e. 73.8 tok/s against the measured 72.
-    assert row["predicted_tok_s"] == pytest.approx(73.8, rel=0.01)
+    # 0.25 ms), + 0.3 x the step's 1.63e10 FLOPs at 503.8 TFLOPS x 0.55 (0.06 ms) = 13.57 ms, i.e.
+    # 73.7 tok/s against the measured 72.
+    assert row["predicted_tok_s"] == pytest.approx(73.7, rel=0.01)
     assert row["measured_tok_s"] == 72
-    assert row["rel_err"] == pytest.approx(73.8 / 72 - 1, abs=0.01)
+    assert row["rel_err"] == pytest.approx(73.7 / 72 - 1, abs=0.01)
     # the datasheet at 100% bandwidth: 1792 / 16.37 GB (weights + KV) = 109 tok/s
     assert row["roofline_tok_s"] == pytest.approx(109.4, rel=0.01)
     # 72 tok/s means 13.9 ms per token: (13.89 - 0.5 - 0.0 ms) x 1,792 GB/s over 16.37 GB -> MBU 0.68
