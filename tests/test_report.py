@@ -544,6 +544,34 @@ def test_a_report_measured_on_a_busy_host_says_so_first(tmp_path, monkeypatch):
     assert "busy host" in index.read_text()
 
 
+@pytest.mark.parametrize(("others_core_s", "busy"), [(0.4, False), (8.0, True)])
+def test_the_reports_busy_host_rule_counts_only_other_processes(monkeypatch, tmp_path, others_core_s, busy):
+    """The server's and the client's own threads raise the load average; only others' CPU time,
+    read from /proc over the sweep, says whether the host was busy."""
+    from fault_server import FaultServer
+
+    from toolkit._sweep import host_state
+    from toolkit._sweep.host_state import HostSample
+
+    cores = os.cpu_count() or 1
+    # 20 core-s of wall: the server used 6, the client 1; others what the case says (> 25% is busy)
+    readings = iter(
+        [
+            HostSample(0.0, 1.5 * cores, 0.0, 0.0, 0.0, 0.0, 0.0),
+            HostSample(10.0, 1.5 * cores, 20.0, 20.0 - 7.0 - others_core_s, 0.0, 1.0, 6.0),
+        ]
+    )
+    monkeypatch.setattr(host_state, "sample", lambda pid=None: next(readings))
+    settings = {"lanes": 2, "limits": (1,), "max_tokens": 3}
+    with FaultServer(tokens=3, token_delay_s=0) as srv:
+        run = _measure._measure(srv.base_url, "fault-model", None, tmp_path, settings, "fault", server_pid=12345)
+    assert run.others["sweep"] == pytest.approx(others_core_s / 20.0)
+    assert ("warning" in run.conditions) is busy
+    if busy:
+        assert run.conditions["warning"].startswith("Measured on a busy host: other processes took 40%")
+    assert f"{others_core_s / 20:.1%} of the host's CPU" in run.conditions["other processes"]
+
+
 def test_a_host_busy_in_both_ways_gets_one_busy_paragraph():
     from toolkit._report.build import busy_opening
 

@@ -36,11 +36,39 @@ def _verdicts(runs: pd.DataFrame) -> dict[int, str]:
 
 def test_repeats_on_both_sides_of_a_threshold_are_inconclusive():
     # at 4 in flight: 4**0.65 and 4**0.75 times the 10 ms of level 1 -> elasticities 0.65 and 0.75,
-    # mixed in one repeat and queueing in the other; at 2 both repeats read batching (0.1, 0.15)
-    u = {1: [10.0, 10.0], 2: [10 * 2**0.1, 10 * 2**0.15], 4: [10 * 4**0.65, 10 * 4**0.75]}
-    tok = {1: [100.0, 100.0], 2: [180.0, 182.0], 4: [200.0, 204.0]}
-    verdicts = _verdicts(_runs(u, tok))
-    assert verdicts == {1: "baseline", 2: "batching", 4: "inconclusive"}
+    # mixed in one repeat and queueing in the other; at 8, 0.9 and 0.92: queueing. The host's drift
+    # that moved level 4 by 4**0.1 = 15% between its repeats moves every level, so level 2 (0.0 and
+    # 0.1 and 0.12, both batching by their own repeats) is inconclusive too: ln u spreads by 0, 0.02 ln 2,
+    # 0.1 ln 4 and 0.02 ln 8 over the pairs, pooled s = sqrt(sum(d^2 / 2) / 4) = 0.0514 (df 4), and
+    # level 2's half-width is t(0.975, 4) s sqrt(1/2 + 1/2) / ln 2 = 2.776 * 0.0514 / 0.693 = 0.206,
+    # so 0.11 + 0.206 > 0.3; level 8's is 2.776 * 0.0514 / ln 8 = 0.069: 0.91 - 0.069 > 0.7
+    u = {
+        1: [10.0, 10.0],
+        2: [10 * 2**0.1, 10 * 2**0.12],
+        4: [10 * 4**0.65, 10 * 4**0.75],
+        8: [10 * 8**0.9, 10 * 8**0.92],
+    }
+    tok = {1: [100.0, 100.0], 2: [180.0, 182.0], 4: [200.0, 204.0], 8: [210.0, 212.0]}
+    runs = _runs(u, tok)
+    levels = aggregate(runs, pd.DataFrame(columns=["in_flight", "rate_rps", "outcome"]), closed_loop=True)
+    half = dict(zip(levels["in_flight"], levels["elasticity_ci95"]))
+    pooled = math.sqrt(sum(d**2 / 2 for d in (0.0, 0.02 * math.log(2), 0.1 * math.log(4), 0.02 * math.log(8))) / 4)
+    assert pooled == pytest.approx(0.0514, abs=1e-4)
+    assert half[2] == pytest.approx(2.776 * pooled / math.log(2), rel=1e-3)
+    assert half[8] == pytest.approx(2.776 * pooled / math.log(8), rel=1e-3)
+    assert math.isnan(half[1])
+    assert _verdicts(runs) == {1: "baseline", 2: "inconclusive", 4: "inconclusive", 8: "queueing"}
+
+
+@pytest.mark.parametrize(("drift", "verdict"), [(1.04, "mixed"), (1.08, "inconclusive")])
+def test_a_verdict_whose_interval_crosses_a_threshold_is_inconclusive(drift, verdict):
+    # both repeats read e = 0.5 exactly (level 2 is 2**0.5 times level 1 in each repeat), but the
+    # host ran `drift` times slower in the second repeat. ln u spreads by ln(drift) in both levels:
+    # s = ln(drift) / sqrt(2) (df 2), half-width t(0.975, 2) s / ln 2 = 4.303 s / 0.693: 0.17 at
+    # 4% (0.33-0.67, mixed), 0.34 at 8% (0.16-0.84: both thresholds inside)
+    u = {1: [10.0, 10.0 * drift], 2: [10 * 2**0.5, 10 * 2**0.5 * drift]}
+    tok = {1: [100.0, 100.0 / drift], 2: [141.0, 141.0 / drift]}
+    assert _verdicts(_runs(u, tok))[2] == verdict
 
 
 def test_a_noisy_level_is_inconclusive_whatever_its_elasticity():

@@ -66,6 +66,8 @@ def _one_run() -> dict:
         # utilisation at the target (toolkit._report.measure.HELD_OUT_UTILISATION)
         "replay_load": {k: _number(v) for k, v in run.replay_load.items()},
         "busy": busy_reason(run.profile, run.others),
+        # the report's own opening line about the sweep (other processes' CPU, toolkit._sweep.host_state)
+        "report_busy_warning": run.conditions.get("warning", ""),
         # each cell's median, the lowest and highest of its wave medians, and whether it was noisy
         "profile_cells": profile_cells(run.profile).map(_number).to_dict(orient="records"),
         "noisy_profile_cells": int(
@@ -74,6 +76,10 @@ def _one_run() -> dict:
         "verdicts": {str(int(k)): str(v) for k, v in zip(run.levels["in_flight"], run.levels["verdict"], strict=True)},
         "elasticity": {
             str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["elasticity"], strict=True)
+        },
+        # half-width of each verdict's 95% interval from the repeats' pooled drift (levels docstring)
+        "elasticity_ci95": {
+            str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["elasticity_ci95"], strict=True)
         },
         "dec_tok_s": {
             str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["dec_tok_s"], strict=True)
@@ -144,14 +150,19 @@ def main() -> None:
         "parameters_inside_each_others_ci": all(_inside(first, second).values()) and bool(_inside(first, second)),
         "same_verdicts": first["verdicts"] == second["verdicts"],
         "busy_run_flagged": busy["flagged"],
-        "idle_runs_not_flagged": not first["busy"] and not second["busy"],
+        "idle_runs_not_flagged": not any(r["busy"] or r["report_busy_warning"] for r in both),
     }
+    fitted_once = sorted(set(first.get("fitted", {})) ^ set(second.get("fitted", {})))
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "target_median_abs_error": TARGET,
         "runs": both,
-        "repeatability": {"inside_each_others_ci": _inside(first, second)},
+        "repeatability": {
+            "inside_each_others_ci": _inside(first, second),
+            # fitted in one run, held at its default in the other: not comparable, so not in the check above
+            "fitted_in_one_run_only": fitted_once,
+        },
         "busy_run": busy,
         "met": met,
         "host_busy": bool(first["busy"] or second["busy"]),

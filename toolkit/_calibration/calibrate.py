@@ -97,7 +97,8 @@ def calibrate(
         One row, accepted as ``calibration=`` by ``cost_model``, ``batching_curve``, ``ttft_ms``,
         ``simulate`` and ``plan``: ``mbu``, ``mfu`` (fractions), ``step_overhead_ms``,
         ``request_overhead_ms`` (ms); their standard errors ``mbu_se`` ... (same units, NaN where
-        unconstrained; from a profile clustered by wave, see :mod:`toolkit._calibration.fit`); ``residual_rms`` (RMS relative residual over all observations),
+        unconstrained; from a profile clustered by wave, with the drift between its passes added, see
+        :mod:`toolkit._calibration.fit`); ``residual_rms`` (RMS relative residual over all observations),
         ``ttft_residual_rms``, ``tpot_residual_rms``; ``n_obs``, ``n_ttft``, ``n_tpot``; ``fitted``
         (the names fitted and identified, comma-separated); ``held`` (names asked for but not
         identified: standard error above 25% of the value, or none; each held at its default) and

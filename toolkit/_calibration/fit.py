@@ -9,6 +9,19 @@ they are not independent observations: the standard errors of a profile's fit ar
 (the sandwich estimator of Liang and Zeger, 1986, with clusters the waves), and the larger of that
 and the plain estimate is reported. A run's between-wave spread, which is what moves a fit from one
 run to the next, then shows in its intervals instead of shrinking with the requests per wave.
+
+The host's speed also drifts on a scale longer than a wave: on this project's idle 2-core VM the
+prefill and batch cells of one pass over the design (about 15 s) ran fast or slow together (their
+per-pass times correlated 0.5-0.9 over 15 passes, 2026-12-04 20:06), so the waves of one pass are not
+independent either, and a fit's rates move with the pass's speed. A profile's passes (its
+``repeat``) each get a speed factor, estimated from the wave residuals by a two-way analysis of
+variance (cell by pass, the random-effects moment estimator); its variance, propagated through the
+fit as a common shift of every residual of the pass, is added to the wave-clustered covariance. A
+common speed factor moves the rates (``mbu``, ``mfu``) and the overheads; it cancels from ratios
+such as ``batched_mbu_factor`` and ``serial_share``. None of the cheap host probes tried then (a
+single-thread vector loop, a 64 MiB copy, small matrix products, timed before and after each pass)
+tracked that factor (correlations 0.5 at most, removing under a tenth of the cells' variance), so
+the drift is measured in the profile's own cells rather than corrected by a probe.
 """
 
 from __future__ import annotations
@@ -120,7 +133,13 @@ def fit(
     params = params_of(best.x)
     resid = best.fun
     groups = obs["wave"].to_numpy() if "wave" in obs.columns else None
-    se, corr, cond = _uncertainty(best.jac, resid, best.x, groups)
+    passes = obs["repeat"].to_numpy() if "repeat" in obs.columns and groups is not None else None
+    cells = (
+        obs[["cell", "batch", "prompt_tokens_target", "kind"]].astype(str).agg("/".join, axis=1).to_numpy()
+        if "cell" in obs.columns
+        else None
+    )
+    se, corr, cond = _uncertainty(best.jac, resid, best.x, groups, passes, cells)
     sensitive = np.linalg.norm(best.jac, axis=0) > 1e-9
     return {
         "params": params,
@@ -169,7 +188,12 @@ def residuals_at(obs: pd.DataFrame, model: CostModel, prefill_breaks: Sequence[i
 
 
 def _uncertainty(
-    jac: np.ndarray, resid: np.ndarray, x: np.ndarray, groups: np.ndarray | None = None
+    jac: np.ndarray,
+    resid: np.ndarray,
+    x: np.ndarray,
+    groups: np.ndarray | None = None,
+    passes: np.ndarray | None = None,
+    cells: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float]:
     """Linearised standard errors (NaN for a parameter the residuals do not depend on), the largest
     absolute correlation between two fitted parameters, and the condition number of the Jacobian
@@ -177,7 +201,8 @@ def _uncertainty(
 
     With ``groups`` (one label per residual, more distinct labels than parameters) each standard
     error is the larger of the plain one and the one clustered by group, and the correlation is the
-    clustered one (module docstring)."""
+    clustered one; with ``passes`` and ``cells`` too the drift between passes is added
+    (:func:`_drift`, module docstring)."""
     n, k = jac.shape
     se = np.full(k, np.nan)
     sensitive = np.linalg.norm(jac, axis=0) > 1e-9
@@ -200,6 +225,10 @@ def _uncertainty(
     if clustered is not None:
         cov = clustered
         variance = np.maximum(variance, np.diag(clustered))
+        drift = _drift(bread, j, resid, groups, passes, cells)
+        if drift is not None:
+            cov = cov + drift
+            variance = variance + np.diag(drift)
     sd = np.where(singular, np.inf, np.sqrt(np.clip(variance, 0, None)))
     se[sensitive] = sd
     corr = math.nan
@@ -223,3 +252,36 @@ def _clustered(bread: np.ndarray, j: np.ndarray, resid: np.ndarray, groups: np.n
     scores = np.zeros((g, j.shape[1]))
     np.add.at(scores, index, j * resid[:, None])
     return g / (g - 1) * bread @ (scores.T @ scores) @ bread
+
+
+def _drift(
+    bread: np.ndarray,
+    j: np.ndarray,
+    resid: np.ndarray,
+    groups: np.ndarray,
+    passes: np.ndarray | None,
+    cells: np.ndarray | None,
+) -> np.ndarray | None:
+    """The covariance a speed factor per pass adds: ``sigma_p^2 B (sum_p u_p u_p') B`` with ``u_p``
+    the sum of ``J``'s rows of pass ``p`` (a shift of all its residuals moves the fit by ``-B u_p``
+    times the shift) and ``sigma_p^2`` the moment estimate ``(MS_pass - MS_error) / cells`` of the
+    two-way table of wave-mean residuals (cell by pass), floored at 0. None without two passes and
+    two cells, or with cells not measured in every pass."""
+    if passes is None or cells is None:
+        return None
+    waves = pd.DataFrame({"wave": groups, "pass": passes, "cell": cells, "r": resid})
+    table = waves.groupby(["wave", "pass", "cell"], dropna=False)["r"].mean().groupby(["cell", "pass"]).mean()
+    table = table.unstack("pass")
+    if table.shape[0] < 2 or table.shape[1] < 2 or table.isna().any().any():
+        return None
+    c, p = table.shape
+    values = table.to_numpy()
+    effects = values.mean(axis=0) - values.mean()
+    error = values - values.mean(axis=1, keepdims=True) - effects[None, :]
+    ms_pass = c * float(effects @ effects) / (p - 1)
+    ms_error = float((error**2).sum()) / ((c - 1) * (p - 1))
+    sigma2 = max(ms_pass - ms_error, 0.0) / c
+    _, index = np.unique(pd.Series(passes).astype(str).to_numpy(), return_inverse=True)
+    u = np.zeros((index.max() + 1, j.shape[1]))
+    np.add.at(u, index, j)
+    return sigma2 * bread @ (u.T @ u) @ bread

@@ -47,7 +47,8 @@ def observations(data: object) -> pd.DataFrame:
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
     ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``; from a
     profile also ``cell`` (``decode``, ``batch``, ``prefill``), ``prompt_tokens_target`` and
-    ``wave`` (the profile's wave number: the fit's standard errors are clustered by it).
+    ``wave`` and ``repeat`` (the profile's wave number and pass: the fit's standard errors are
+    clustered by wave and carry the drift between passes).
     """
     if is_profile(data):
         obs = _from_profile(data)
@@ -164,6 +165,7 @@ def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
             "cell": df["cell"],
             "prompt_tokens_target": df.get("prompt_tokens_target", df["prompt_tokens"]),
             **({"wave": df["wave"]} if "wave" in df.columns else {}),
+            **({"repeat": df["repeat"]} if "repeat" in df.columns else {}),
         },
     )
 

@@ -143,9 +143,9 @@ def build_report(
 def busy_opening(load_warning: str, refused: str) -> str:
     """The one paragraph that opens the conclusion of a report measured on a busy host, or ''.
 
-    ``load_warning`` is the sweep's (a high load average when it began), ``refused`` the trust
+    ``load_warning`` is the sweep's (other processes busy during it), ``refused`` the trust
     check's (other processes busy during the profile: no fit presented). Both start with "Measured
-    on a busy host: "; when both fired, the load average follows the refusal instead of repeating
+    on a busy host: "; when both fired, the sweep's follows the refusal instead of repeating
     that opening."""
     if not (load_warning and refused):
         return load_warning or refused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from toolkit._data import load_csv
-from toolkit._sweep.host_state import BUSY_LOAD_PER_CORE, BUSY_OPENING
+from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
 
 __all__ = ["notebook_levels"]
 
@@ -102,8 +103,7 @@ def _measure_local(out: Path) -> _Run:
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
         pid = server.pid
         profiled = profile(server=server, progress=False)
-        start = host_state.sample(pid)
-        run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label)
+        run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label, server_pid=pid)
         swept = host_state.sample(pid)
         scale, load = held_out_time_scale(profiled, host)
         trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
@@ -122,10 +122,7 @@ def _measure_local(out: Path) -> _Run:
     run.replay_load = {"time_scale": scale, "predicted_utilisation": load}
     run.host = host
     run.profile = profiled
-    run.others = {
-        "sweep": host_state.conditions(start, swept)["other_cpu_share"],
-        "trace replay": host_state.conditions(swept, replayed)["other_cpu_share"],
-    }
+    run.others["trace replay"] = host_state.conditions(swept, replayed)["other_cpu_share"]
     return run
 
 
@@ -164,14 +161,30 @@ def held_out_time_scale(profiled: pd.DataFrame, host: pd.DataFrame) -> tuple[flo
 TEMPLATE_TOKENS = 25
 
 
-def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, settings: dict, label: str) -> _Run:
-    """Sweep ``base_url`` with the standard lane set; the sweep's own files go to ``out/sweep``."""
+def _measure(
+    base_url: str,
+    model: str | None,
+    api_key: str | None,
+    out: Path,
+    settings: dict,
+    label: str,
+    *,
+    server_pid: int | None = None,
+) -> _Run:
+    """Sweep ``base_url`` with the standard lane set; the sweep's own files go to ``out/sweep``.
+
+    Whether the host was busy is judged by :mod:`toolkit._sweep.host_state` over the sweep: the CPU
+    time other processes took (``server_pid``'s and this client's own excluded), or, where that
+    cannot be told (no ``/proc``, or no ``server_pid``: a server not started here), the load average.
+    """
+    from toolkit._sweep import host_state
     from toolkit._sweep.api import run_sweep
     from toolkit._sweep.prompts import lane_prompts
 
     system_prompt, prompts = lane_prompts(settings["lanes"])
     started = dt.datetime.now().isoformat(timespec="seconds")
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    before = host_state.sample(server_pid)
     result = run_sweep(
         base_url,
         model,
@@ -183,6 +196,8 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
         out_dir=out / "sweep",
         repeats=settings.get("repeats", 1),
     )
+    state = host_state.conditions(before, host_state.sample(server_pid))
+    load, other = state["load_1m_before"], state["other_cpu_share"]
     conditions = {
         "source": f"measured {started}" + (f" (stopped early: {result.stopped})" if result.stopped else ""),
         "server": _display_url(base_url),
@@ -190,14 +205,27 @@ def _measure(base_url: str, model: str | None, api_key: str | None, out: Path, s
         "sweep": f"{settings['lanes']} lanes at in-flight limits {', '.join(map(str, settings['limits']))},"
         f" max {settings['max_tokens']} output tokens, {settings.get('repeats', 1)} run(s) per level,"
         " prompts from toolkit._sweep.prompts",
-        "host load": f"{load:.2f} (1-minute load average when the sweep started; {cores} cores)",
+        "host load": f"{load:.2f} (1-minute load average when the sweep started, the server's and this"
+        f" client's threads included where they run here; {cores} cores)",
     }
-    if load > BUSY_LOAD_PER_CORE * cores:
-        conditions["warning"] = (
-            BUSY_OPENING + f"the load average was {load:.2f} on {cores} cores when the sweep began, so "
-            "other work competed with the server and the client; treat every figure here as indicative only."
+    if math.isfinite(other):
+        conditions["other processes"] = (
+            f"{other:.1%} of the host's CPU during the sweep (CPU steal included; the server's and this client's"
+            f" own CPU time excluded; above {BUSY_OTHER_SHARE:.0%} counts as busy)"
         )
-    return _Run(result.levels, result.lanes, label, conditions)
+    if state["busy"]:
+        what = (
+            f"other processes took {other:.0%} of the host's CPU during the sweep (above {BUSY_OTHER_SHARE:.0%})"
+            if math.isfinite(other)
+            else f"the load average was {max(load, state['load_1m_after']):.2f} on {cores} cores during the sweep"
+        )
+        conditions["warning"] = (
+            BUSY_OPENING + f"{what}, so other work competed with the server and the client; treat every figure"
+            " here as indicative only."
+        )
+    run = _Run(result.levels, result.lanes, label, conditions)
+    run.others["sweep"] = other
+    return run
 
 
 def _display_url(url: str) -> str:

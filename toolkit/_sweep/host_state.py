@@ -4,9 +4,12 @@ A local server and its client share the host's cores with whatever else runs the
 slows the server by an unknown factor. :func:`sample` reads the host's counters (Linux ``/proc``;
 elsewhere only the load average) and :func:`conditions` turns two samples into the shares of CPU
 time, between them, that went to others: the hypervisor (``steal``) and processes other than the
-client and the server (``other_cpu_share``). A measurement is *busy* when others took more than
-``BUSY_OTHER_SHARE`` of the host's CPU time, or, without ``/proc``, when the 1-minute load average
-was above ``BUSY_LOAD_PER_CORE`` per core at either end.
+client and the server (``other_cpu_share``: all cores' busy time, steal included, less this
+process's and the server's own ``utime + stime``, over all cores' time). A measurement is *busy*
+when others took more than ``BUSY_OTHER_SHARE`` of the host's CPU time. Only without ``/proc`` or
+without the server's process (a server started elsewhere) does the rule fall back to the 1-minute
+load average, above ``BUSY_LOAD_PER_CORE`` per core at either end; that average counts the server's
+and the client's own threads, so a local server measured by its own load looks busy.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ __all__: list[str] = []
 # half a core, enough to move a one-thread server's step time by tens of percent (issue 16's
 # measurements: 45-63 ms per token idle against 380-2,100 ms beside one busy process).
 BUSY_OTHER_SHARE = 0.25
-# 1-minute load average per core above which a host is busy (something else holds at least half of its
-# cores): used without /proc, and by the report's warning when a sweep starts.
+# 1-minute load average per core above which a host is busy (something holds at least half of its
+# cores): used only where other processes' CPU time cannot be told from the server's (no /proc, or no
+# server process on this host).
 BUSY_LOAD_PER_CORE = 0.5
 # how every busy-host message begins (the sweep's load, the profile's refusal)
 BUSY_OPENING = "Measured on a busy host: "

@@ -22,8 +22,10 @@ level and level ``k`` the elasticity is ``e = ln(u_k / u_1) / ln(x_k / x_1)``:
 the range so a 30% deviation from either ideal is still named after it). The first level reads
 ``baseline``. A verdict that the measurement cannot support reads ``inconclusive``: the level is
 ``noisy`` (its repeats' decode throughputs spread by more than ``NOISY_TOLERANCE`` of their median),
-its repeats' elasticities fall on both sides of a threshold, or, from one repeat, the elasticity lies
-within ``VERDICT_MARGIN`` of a threshold (one run cannot tell 0.68 from 0.72). Checks: the vLLM reference sweep (32 lanes, RTX PRO 6000) grows from 13.4 to 21.6 ms per
+its elasticity's 95% interval (``elasticity_ci95``: the host's drift between levels, measured by
+the repeats, :mod:`toolkit._sweep.verdict_interval`) or its repeats' elasticities cross a threshold,
+or, from one repeat, the elasticity lies within ``VERDICT_MARGIN`` of a threshold (one run cannot
+tell 0.68 from 0.72). Checks: the vLLM reference sweep (32 lanes, RTX PRO 6000) grows from 13.4 to 21.6 ms per
 token between limits 1 and 32, e = 0.14, batching; the 2-core llama-server run in issue 5 grows its
 summed lane time 9.6 -> 62.7 s at equal work between limits 1 and 8, e = 0.90, queueing.
 """
@@ -35,6 +37,8 @@ import math
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from toolkit._sweep.verdict_interval import elasticity_ci95
 
 __all__: list[str] = []
 
@@ -92,7 +96,9 @@ LEVEL_COLUMNS = [
     "total_tok_s",
 ]
 RUN_COLUMNS = [*LEVEL_COLUMNS, "repeat", "reason"]
-AGGREGATE_COLUMNS = [*LEVEL_COLUMNS, "repeats", "wall_s_ci95", "dec_tok_s_ci95", "noisy", "reason"]
+AGGREGATE_COLUMNS = [
+    *LEVEL_COLUMNS, "repeats", "wall_s_ci95", "dec_tok_s_ci95", "elasticity_ci95", "noisy", "reason",
+]  # fmt: skip
 _PERCENTILES = (50, 95, 99)
 
 
@@ -234,7 +240,8 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
     """Levels from level runs: per-repeat means, pooled percentiles and t-based 95% CI half-widths.
 
     ``wall_s_ci95`` and ``dec_tok_s_ci95`` are ``t(0.975, n-1) * s / sqrt(n)`` over the ``n`` finite
-    repeats (NaN below two).
+    repeats (NaN below two); ``elasticity_ci95`` is the half-width of the elasticity's 95% interval
+    from the repeats' pooled drift (:mod:`toolkit._sweep.verdict_interval`; NaN without repeats).
     """
     if not len(runs):
         return pd.DataFrame(columns=AGGREGATE_COLUMNS)
@@ -257,9 +264,13 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
         row["reason"] = "; ".join(dict.fromkeys(r for r in group["reason"].fillna("") if r))
         rows.append(row)
     levels = add_relative(pd.DataFrame(rows), closed_loop=closed_loop)
+    levels["elasticity_ci95"] = elasticity_ci95(runs, levels, keys, closed_loop=closed_loop)
+    half = levels["elasticity_ci95"].fillna(0.0)
     levels["verdict"] = [
-        _inconclusive(v, row.noisy, row.e_low, row.e_high, row.repeats)
-        for v, row in zip(levels["verdict"], levels.itertuples())
+        _inconclusive(
+            v, row.noisy, min(row.e_low, row.elasticity - h), max(row.e_high, row.elasticity + h), row.repeats
+        )
+        for v, row, h in zip(levels["verdict"], levels.itertuples(), half)
     ]
     for col in ("in_flight", "lanes", "attempts", "repeats", "lanes_ok", "lanes_failed", "lanes_unfinished"):
         if (levels[col] % 1 == 0).all():  # a mean over repeats may be fractional; keep it then
