@@ -3,12 +3,14 @@
 The catalog rows are resolved and validated once (by the planner, into frozen specs); here their
 fields become columns, and the cost model's formulas (:mod:`toolkit._model.terms`, the ones
 :class:`toolkit.CostModel` evaluates) run once over all configurations, a configuration per array
-element: KV-bound batch caps per backend, the decode step table over batch 0..cap, TTFT and prefill.
+element: KV-bound batch caps per backend, TTFT and prefill, and the decode step table over batch
+0..cap, each element computed where a plan first reads it.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -49,7 +51,7 @@ class _Grid:
     cap_reason: np.ndarray  # what caps the batch at its largest value: kv_memory / max_batch
     at_cap: np.ndarray  # batch equals its cap
     backend: np.ndarray  # names
-    step_table: np.ndarray  # (configs, max_cap + 1): decode step ms at n = 0..cap sequences
+    step_table: np.ndarray  # (configs, max_cap + 1): decode step ms at n = 0..cap sequences, read by steps()
     ttft_ms: np.ndarray  # per config: prefill of the uncached prompt + request overhead
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
@@ -57,11 +59,52 @@ class _Grid:
     backend_names: np.ndarray = field(init=False)  # the distinct backend names ...
     backend_code: np.ndarray = field(init=False)  # ... and per candidate its position there
     kv_capped: np.ndarray = field(init=False)  # per candidate: cap_reason is kv_memory
+    # fills step_table where a plan reads it (None: step_table is complete)
+    step_fill: _StepFill | None = None
 
     def __post_init__(self) -> None:
         codes, names = pd.factorize(self.backend)
         self.backend_code, self.backend_names = codes, np.asarray(names, dtype=object)
         self.kv_capped = self.cap_reason == "kv_memory"
+
+    def steps(self, positions: np.ndarray) -> np.ndarray:
+        """Decode step ms at flat positions of ``step_table``."""
+        if self.step_fill is not None:
+            self.step_fill.complete(positions)
+        return self.step_table.reshape(-1)[positions]
+
+
+class _StepFill:
+    """A decode step table (row: configuration, column: ``n`` sequences of ``tokens_per_sequence`` KV
+    tokens each) computed element by element where it is first read, with the cost model's step
+    formula over the configurations' ``constants``: a plan reads a small share of the table (the
+    batches its fixed points and percentiles visit), and each element is what the formula gives for
+    that configuration alone, whoever asks first."""
+
+    def __init__(self, table: np.ndarray, constants: dict[str, Any], tokens_per_sequence: float) -> None:
+        self.table, self.width = table.reshape(-1), table.shape[1]
+        self.constants, self.tokens_per_sequence = constants, tokens_per_sequence
+        self.known = np.zeros(self.table.size, dtype=bool)
+        self._scratch = np.empty(self.table.size, dtype=np.int32)
+        self._lock = threading.Lock()
+
+    def complete(self, positions: np.ndarray) -> None:
+        """Compute the elements at ``positions`` (flat) not computed yet."""
+        missing = positions[~self.known[positions]]
+        if not missing.size:
+            return
+        with self._lock:
+            missing = missing[~self.known[missing]]  # unless another thread just computed them
+            # each position once (its last occurrence), in linear time: no sort, no hash
+            seen = np.arange(missing.size, dtype=np.int32)
+            self._scratch[missing] = seen
+            missing = missing[self._scratch[missing] == seen]
+            rows, n = np.divmod(missing, self.width)
+            part = {k: v[rows, 0] if np.ndim(v) == 2 else v for k, v in self.constants.items() if k != "model"}
+            part["model"] = {k: v[rows, 0] for k, v in self.constants["model"].items()}
+            n = n.astype(float)
+            self.table[missing] = step_time(part, n, n * self.tokens_per_sequence, 0.0, 0.0)
+            self.known[missing] = True  # after the values: a reader that sees it finds them
 
 
 def _freeze(spec: dict[str, Any]) -> tuple:
@@ -111,28 +154,8 @@ def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
     return np.array(limits)
 
 
-# configurations per block of the step table: a block's temporaries stay in the CPU cache
-_BLOCK_ROWS = 128
-
-
-def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """Decode step ms, a row per configuration (``constants`` columns) and a column per ``n`` up to
-    the row's ``top`` (NaN beyond), evaluated in blocks of rows of similar ``top``, each only as wide
-    as its largest (several times faster than one pass over the whole table)."""
-    table = np.full((top.size, n.size), np.nan)
-    order = np.argsort(top, kind="stable")
-    for start in range(0, top.size, _BLOCK_ROWS):
-        block = order[start : start + _BLOCK_ROWS]
-        width = int(top[block].max()) + 1
-        part = {k: v[block] if np.ndim(v) == 2 else v for k, v in constants.items() if k != "model"}
-        part["model"] = {k: v[block] for k, v in constants["model"].items()}
-        table[block, :width] = step_time(part, n[:width], kv[:width], 0.0, 0.0)
-    table[n > top[:, None]] = np.nan
-    return table
-
-
 # The grid does not depend on the rate, the SLOs, the percentile, the workload or the budget, so a
-# sweep over those re-uses it; its arrays are read-only.
+# sweep over those re-uses it; its arrays are read-only (the step table is filled where read, never altered).
 @lru_cache(maxsize=32)
 def _build_grid(
     models: tuple,
@@ -211,10 +234,10 @@ def _build_grid(
     constants["model"] = {k: v[kept] for k, v in model.items()}
     cap = np.minimum(kv_cap, limit)
 
-    # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration
-    top = np.where(ok, cap, 0).max(axis=1, initial=0)
-    n = np.arange(top.max(initial=0) + 1, dtype=float)
-    table = _step_table(constants, n, n * (prompt_tokens + output_tokens / 2), top)
+    # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration,
+    # filled where a plan reads it
+    width = int(np.where(ok, cap, 0).max(initial=0)) + 1
+    per_config = {k: v for k, v in constants.items() if k == "model" or np.ndim(v) != 2 or v.shape[1] == 1}
     first = ttft_time(constants, float(prompt_tokens), cached_tokens)[:, 0]
 
     config, backend = np.nonzero(ok)
@@ -229,7 +252,7 @@ def _build_grid(
         cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
         at_cap=batch == cap[config, backend][entry],
         backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
-        step_table=table,
+        step_table=np.empty((kept.size, width)),
         ttft_ms=first,
         prefill_ms=first - constants["request_overhead_ms"][:, 0],
         gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
@@ -245,4 +268,6 @@ def _build_grid(
     for value in (*vars(grid).values(), *grid.configs.values()):
         if isinstance(value, np.ndarray):
             value.flags.writeable = False
+    grid.step_table.flags.writeable = True  # filled where read, each element once
+    grid.step_fill = _StepFill(grid.step_table, per_config, prompt_tokens + output_tokens / 2)
     return grid

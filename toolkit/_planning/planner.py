@@ -36,8 +36,8 @@ at once, each distinct (configuration, batch) searched once for all the backends
 candidate grid itself is array math too: every catalog row is resolved and validated once, and the
 cost model's formulas (:mod:`toolkit._model.terms`, the ones :class:`CostModel` evaluates) run over
 all model x GPU x format x tensor-parallel configurations at once, for their KV-bound batch caps, their
-decode step over batch 0..cap and their TTFT; the grid for a given set of specs and request shape is
-cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
+TTFT and their decode step over batch 0..cap (each element computed where a plan first reads it); the
+grid for a given set of specs and request shape is cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
 formula, no DataFrame per call).
 """
 
