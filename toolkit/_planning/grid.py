@@ -10,13 +10,13 @@ element: KV-bound batch caps per backend, TTFT and prefill, and the decode step 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
 from toolkit._model.memory import _max_seqs
@@ -56,15 +56,18 @@ class _Grid:
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
     configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
-    backend_names: np.ndarray = field(init=False)  # the distinct backend names ...
-    backend_code: np.ndarray = field(init=False)  # ... and per candidate its position there
+    backend_names: np.ndarray | None = None  # the backend names (None: the distinct ones of backend) ...
+    backend_code: np.ndarray | None = None  # ... and per candidate its position there
     kv_capped: np.ndarray = field(init=False)  # per candidate: cap_reason is kv_memory
     # fills step_table where a plan reads it (None: step_table is complete)
     step_fill: _StepFill | None = None
 
     def __post_init__(self) -> None:
-        codes, names = pd.factorize(self.backend)
-        self.backend_code, self.backend_names = codes, np.asarray(names, dtype=object)
+        if self.backend_code is None:
+            names = dict.fromkeys(self.backend.tolist())
+            position = {name: i for i, name in enumerate(names)}
+            self.backend_names = np.array(list(names), dtype=object)
+            self.backend_code = np.array([position[name] for name in self.backend.tolist()], dtype=np.intp)
         self.kv_capped = self.cap_reason == "kv_memory"
 
     def steps(self, positions: np.ndarray) -> np.ndarray:
@@ -83,7 +86,18 @@ class _StepFill:
 
     def __init__(self, table: np.ndarray, constants: dict[str, Any], tokens_per_sequence: float) -> None:
         self.table, self.width = table.reshape(-1), table.shape[1]
-        self.constants, self.tokens_per_sequence = constants, tokens_per_sequence
+        self.tokens_per_sequence = tokens_per_sequence
+        # the per-configuration columns stacked by dtype, so a fill gathers its rows in one take per dtype
+        self.scalars = {k: v for k, v in constants.items() if k != "model" and np.ndim(v) != 2}
+        columns = [((None, k), v) for k, v in constants.items() if k != "model" and np.ndim(v) == 2]
+        columns += [(("model", k), v) for k, v in constants["model"].items()]
+        self.stacks = [
+            (
+                [key for key, v in columns if v.dtype == dtype],
+                np.stack([v[:, 0] for _, v in columns if v.dtype == dtype]),
+            )
+            for dtype in dict.fromkeys(v.dtype for _, v in columns)
+        ]
         self.known = np.zeros(self.table.size, dtype=bool)
         self._scratch = np.empty(self.table.size, dtype=np.int32)
         self._lock = threading.Lock()
@@ -100,8 +114,10 @@ class _StepFill:
             self._scratch[missing] = seen
             missing = missing[self._scratch[missing] == seen]
             rows, n = np.divmod(missing, self.width)
-            part = {k: v[rows, 0] if np.ndim(v) == 2 else v for k, v in self.constants.items() if k != "model"}
-            part["model"] = {k: v[rows, 0] for k, v in self.constants["model"].items()}
+            part: dict[str, Any] = {**self.scalars, "model": {}}
+            for keys, stack in self.stacks:
+                for (group, name), values in zip(keys, stack.take(rows, axis=1)):
+                    (part["model"] if group else part)[name] = values
             n = n.astype(float)
             self.table[missing] = step_time(part, n, n * self.tokens_per_sequence, 0.0, 0.0)
             self.known[missing] = True  # after the values: a reader that sees it finds them
@@ -121,7 +137,13 @@ def _thaw(frozen: tuple) -> dict[str, Any]:
 def _calibration_key(calibration: object) -> tuple:
     """The calibration's efficiencies as a hashable key for the grid cache."""
     mapping = _calibration_mapping(calibration)
-    return tuple(sorted((k, float(mapping[k])) for k in TUNABLE_EFFICIENCIES if k in mapping and pd.notna(mapping[k])))
+    return tuple(sorted((k, float(mapping[k])) for k in TUNABLE_EFFICIENCIES if k in mapping and _given(mapping[k])))
+
+
+def _given(value: object) -> bool:
+    """Whether a calibration value is set: not None, NaN or pandas' NA."""
+    pd = sys.modules.get("pandas")  # a pandas NA can only come with pandas loaded
+    return bool(pd.notna(value)) if pd is not None else value is not None and value == value
 
 
 def _columns(frozen: tuple, fields: tuple[str, ...], index: np.ndarray) -> dict[str, np.ndarray]:
@@ -243,6 +265,7 @@ def _build_grid(
     config, backend = np.nonzero(ok)
     entry, batch = _batch_grids(cap[config, backend])
     units, unit = np.unique(config[entry] * (batch.max(initial=0) + 1) + batch, return_inverse=True)
+    backend_names = np.array([b["name"] for b in backend_specs], dtype=object)
     names = lambda specs, index: np.array([s["name"] for s in specs], dtype=object)[index[kept]]
     quality = np.array([[quality_score(m["name"], q["name"]) for q in quant_specs] for m in model_specs])
     grid = _Grid(
@@ -251,7 +274,9 @@ def _build_grid(
         unit=unit.ravel(),
         cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
         at_cap=batch == cap[config, backend][entry],
-        backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
+        backend=backend_names[backend[entry]],
+        backend_names=backend_names,
+        backend_code=backend[entry],
         step_table=np.empty((kept.size, width)),
         ttft_ms=first,
         prefill_ms=first - constants["request_overhead_ms"][:, 0],
