@@ -16,9 +16,8 @@ if TYPE_CHECKING:  # numpy and the planner load when a plan runs, not for --help
 
 __all__: list[str] = []
 
-# the command line's table: floats to 4 significant digits, text cut to 40 characters
+# the command line's table: floats to 4 significant digits
 _FLOAT = "{:.4g}"
-_MAX_WIDTH = 40
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -230,9 +229,8 @@ def _cells(column: Any) -> tuple[bool, list[str]]:
 
 
 def _to_string(columns: dict[str, Any]) -> str:
-    """``pandas.DataFrame(columns).to_string(index=False, float_format=_FLOAT)`` with
-    ``display.max_colwidth`` ``_MAX_WIDTH``: every column right-aligned under its name (numeric
-    ones' names after a space), cells longer than the limit cut to end in ``...``, one space apart."""
+    """``pandas.DataFrame(columns).to_string(index=False, float_format=_FLOAT)``: every column
+    right-aligned under its name (numeric ones' names after a space), one space apart."""
     cells = {name: _cells(column) for name, column in columns.items()}
     if not any(rows for _, rows in cells.values()):
         return f"Empty DataFrame\nColumns: [{', '.join(columns)}]\nIndex: []"
@@ -240,9 +238,5 @@ def _to_string(columns: dict[str, Any]) -> str:
     for name, (numeric, rows) in cells.items():
         header = f" {name}" if numeric else name
         width = max(len(header), *map(len, rows))
-        if width > _MAX_WIDTH:
-            width = _MAX_WIDTH
-            rows = [row[: width - 3] + "..." if len(row) > width else row for row in rows]
-        laid.append([header.rjust(max(width, len(header)))] + [row.rjust(width) for row in rows])
-    pads = [max(map(len, column)) + 1 for column in laid[:-1]] + [max(map(len, laid[-1]))]
-    return "\n".join("".join(cell.ljust(pad) for cell, pad in zip(line, pads)) for line in zip(*laid))
+        laid.append([header.rjust(width)] + [row.rjust(width) for row in rows])
+    return "\n".join(" ".join(line) for line in zip(*laid))
