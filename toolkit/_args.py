@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 
 import numpy as np
 
 __all__: list[str] = []
+
+
+def is_pandas(value: object, *kinds: str) -> bool:
+    """Whether ``value`` is one of the pandas types named (``"DataFrame"``, ``"Series"``), without
+    importing pandas: nothing is a pandas object before pandas is loaded."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(value, tuple(getattr(pd, kind) for kind in kinds))
 
 
 def _is_number(value: object) -> bool:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from toolkit._args import check_number
-from toolkit._data import load_csv
+from toolkit._args import check_number, is_pandas
+from toolkit._data import load_csv, load_rows
 from toolkit._model.memory import (
     efficiency_value,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["efficiency_defaults"]
 
@@ -67,11 +69,11 @@ def efficiency_defaults() -> pd.DataFrame:
 def _calibration_mapping(calibration: object) -> Mapping[str, Any]:
     if calibration is None:
         return {}
-    if isinstance(calibration, pd.DataFrame):
+    if is_pandas(calibration, "DataFrame"):
         if len(calibration) != 1:
             raise ValueError(f"calibration as a DataFrame must have one row, got {len(calibration)}")
         return calibration.iloc[0].to_dict()
-    if isinstance(calibration, (pd.Series, Mapping)):
+    if isinstance(calibration, Mapping) or is_pandas(calibration, "Series"):
         return dict(calibration)
     raise ValueError(f"calibration must be a dict, Series or one-row DataFrame, got {type(calibration).__name__}")
 
@@ -94,13 +96,12 @@ def engine_efficiencies(backend: str | None, engine_version: str | None = None) 
     """
     if backend is None:
         return {}
-    table = load_csv("engine_efficiency.csv")
-    rows = table[table["engine"] == backend]
-    every = rows[rows["versions"].isna()]
-    out = {str(k): float(v) for k, v in zip(every["parameter"], every["value"], strict=True)}
+    rows = [row for row in load_rows("engine_efficiency.csv") if row["engine"] == backend]
+    blank = [isinstance(row["versions"], float) and math.isnan(row["versions"]) for row in rows]
+    out = {str(row["parameter"]): float(row["value"]) for row, every in zip(rows, blank) if every}
     if engine_version is not None:
-        for _, row in rows[rows["versions"].notna()].iterrows():
-            if str(engine_version) in str(row["versions"]).split(";"):
+        for row, every in zip(rows, blank):
+            if not every and str(engine_version) in str(row["versions"]).split(";"):
                 out[str(row["parameter"])] = float(row["value"])
     return out
 

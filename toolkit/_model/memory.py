@@ -41,22 +41,23 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from toolkit._args import check_array, check_int, check_number
-from toolkit._data import load_csv
+from toolkit._data import load_rows
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["kv_bytes_per_token", "memory"]
 
 
 @lru_cache(maxsize=1)
 def _efficiency() -> dict[str, float]:
-    table = load_csv("efficiency.csv")
-    return {str(k): float(v) for k, v in zip(table["parameter"], table["value"], strict=True)}
+    return {str(row["parameter"]): float(row["value"]) for row in load_rows("efficiency.csv")}
 
 
 def efficiency_value(parameter: str) -> float:
@@ -271,6 +272,8 @@ def memory(
     max_seqs = int(_max_seqs(spec_model, budget, np.array([context]), block)[0])
     max_context = spec_model["max_context"]
     within = bool(math.isnan(max_context) or context <= max_context)
+    import pandas as pd
+
     return pd.DataFrame(
         [
             {

@@ -10,9 +10,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from toolkit._data import load_csv
+from toolkit._args import is_pandas
+from toolkit._data import load_rows
 
 __all__: list[str] = []
 
@@ -71,7 +71,7 @@ def _norm(text: str) -> str:
     return re.sub(r"[\s\-_./]+", "", str(text)).lower()
 
 
-def _keys(row: pd.Series) -> list[str]:
+def _keys(row: Mapping[str, Any]) -> list[str]:
     keys = [row["name"]]
     if "hf_id" in row and isinstance(row["hf_id"], str):
         keys += [row["hf_id"], row["hf_id"].split("/")[-1]]
@@ -83,23 +83,23 @@ def _keys(row: pd.Series) -> list[str]:
 @lru_cache(maxsize=16)
 def _table_keys(csv: str) -> dict[Any, list[str]]:
     """Per row of a catalog CSV, the normalised names it answers to."""
-    return {i: _keys(row) for i, row in load_csv(csv).iterrows()}
+    return {i: _keys(row) for i, row in enumerate(load_rows(csv))}
 
 
 def _lookup(argument: str, name: str, csv: str) -> dict[str, Any]:
     query = _norm(name)
     if not query:
         raise ValueError(f"{argument} must be a non-empty name, got {name!r}")
-    table = load_csv(csv)
+    table = load_rows(csv)
     keys = _table_keys(csv)
     exact = [i for i, ks in keys.items() if query in ks]
     if not exact:
         exact = [i for i, ks in keys.items() if any(query in k for k in ks)]
     if len(exact) == 1:
-        return _clean(table.loc[exact[0]].to_dict())
-    names = list(table["name"])
+        return _clean(table[exact[0]])
+    names = [row["name"] for row in table]
     if len(exact) > 1:
-        options = ", ".join(repr(table.loc[i, "name"]) for i in exact)
+        options = ", ".join(repr(table[i]["name"]) for i in exact)
         raise ValueError(f"{argument} {name!r} is ambiguous: it matches {options}")
     by_norm = {_norm(n): n for n in names}
     near = difflib.get_close_matches(query, list(by_norm), n=4, cutoff=0.4)
@@ -123,11 +123,11 @@ def _clean(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _as_dict(argument: str, spec: object) -> dict[str, Any] | None:
-    if isinstance(spec, pd.DataFrame):
+    if is_pandas(spec, "DataFrame"):
         if len(spec) != 1:
             raise ValueError(f"{argument} as a DataFrame must have exactly one row, got {len(spec)}")
         return _clean(spec.iloc[0].to_dict())
-    if isinstance(spec, pd.Series):
+    if is_pandas(spec, "Series"):
         return _clean(spec.to_dict())
     if isinstance(spec, Mapping):
         return _clean(dict(spec))

@@ -27,7 +27,6 @@ class _Evaluator:
         self.slos = slos
         self.iterations = iterations
         self.long_output = output_tokens * length_quantile(cs2, percentile)
-        self._flat = grid.step_table.ravel()
         self._row_start = grid.cfg * grid.step_table.shape[1]  # per candidate: its row in _flat
 
     def _step(self, idx: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -36,8 +35,10 @@ class _Evaluator:
 
     def _interpolate(self, row_start: np.ndarray, cap: np.ndarray, n: np.ndarray) -> np.ndarray:
         lo = np.floor(n).astype(int)
-        below = self._flat[row_start + lo]
-        return below + (n - lo) * (self._flat[row_start + np.minimum(lo + 1, cap)] - below)
+        at = row_start + lo
+        both = self.g.steps(np.concatenate((at, row_start + np.minimum(lo + 1, cap))))
+        below = both[: at.size]
+        return below + (n - lo) * (both[at.size :] - below)
 
     def latency(self, idx: np.ndarray, replicas: np.ndarray, *, iterations: int | None = None) -> dict[str, np.ndarray]:
         g, cfg = self.g, self.g.cfg[idx]

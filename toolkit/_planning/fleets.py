@@ -9,7 +9,6 @@ cap) is filled in per candidate.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from toolkit._planning.evaluate import _Evaluator, _first_failure, _headroom, _search
 from toolkit._planning.grid import _Grid
@@ -31,8 +30,8 @@ def fleet_columns(
     """The plan table's columns (see :func:`toolkit.plan`), one element per candidate stable with at
     most ``replicas_max`` replicas, cheapest first among those meeting the SLOs, then by latency.
     ``workload`` is (label, service cs2, whether the closed form under-estimates its tail). Text
-    columns are pandas arrays taken from their few distinct values (no per-row string work), every
-    column a new array, so ``pandas.DataFrame(columns, copy=False)`` owns them."""
+    columns are (their few distinct values, per row the position of its value there): no per-row
+    string work (:func:`_text` makes them pandas arrays); every other column a new array."""
     units, replicas, at, cost, meets, binding, broke = _fleets(ev, grid, replicas_max, output, budget, const)
     position = np.full(grid.cfg.size, -1)
     position[units] = np.arange(units.size)
@@ -54,8 +53,8 @@ def fleet_columns(
         "quality": configs["quality"],
         "meets_slo": meets,
     }
-    columns: dict[str, object] = {name: _text(grid.configs[name], cfg[unit]) for name in ("model", "gpu", "quant")}
-    columns["backend"] = _text(grid.backend_names, grid.backend_code[candidate])
+    columns: dict[str, object] = {name: (grid.configs[name], cfg[unit]) for name in ("model", "gpu", "quant")}
+    columns["backend"] = (grid.backend_names, grid.backend_code[candidate])
     columns["tensor_parallel"] = configs["tensor_parallel"][unit]
     columns.update({name: values[unit] for name, values in per_unit.items()})
     # where one replica fewer breaks capacity, a candidate at its cap names what caps it
@@ -63,11 +62,9 @@ def fleet_columns(
     capped = (again == _CONSTRAINTS.index("capacity")) & grid.at_cap[candidate]
     reason = np.where(grid.kv_capped[candidate], *map(_CONSTRAINTS.index, ("kv_memory", "max_batch")))
     bound = np.where(capped, reason, again)
-    columns["binding_constraint"] = _text(
-        np.array(_CONSTRAINTS, dtype=object), np.where(again < 0, binding[unit], bound)
-    )
+    columns["binding_constraint"] = (np.array(_CONSTRAINTS, dtype=object), np.where(again < 0, binding[unit], bound))
     patterns, code = _warnings(per_unit, configs, const, workload)
-    columns["warnings"] = _text(patterns, code[unit])
+    columns["warnings"] = (patterns, code[unit])
     return columns
 
 
@@ -89,6 +86,8 @@ def _order(unit: np.ndarray, keys: tuple[np.ndarray, ...]) -> np.ndarray:
 
 def _text(values: np.ndarray, index: np.ndarray) -> object:
     """The pandas text array of ``values[index]``, with the dtype pandas infers for strings."""
+    import pandas as pd
+
     return pd.Series(values, copy=False).array.take(index)
 
 

@@ -3,18 +3,20 @@
 The catalog rows are resolved and validated once (by the planner, into frozen specs); here their
 fields become columns, and the cost model's formulas (:mod:`toolkit._model.terms`, the ones
 :class:`toolkit.CostModel` evaluates) run once over all configurations, a configuration per array
-element: KV-bound batch caps per backend, the decode step table over batch 0..cap, TTFT and prefill.
+element: KV-bound batch caps per backend, TTFT and prefill, and the decode step table over batch
+0..cap, each element computed where a plan first reads it.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
 from toolkit._model.memory import _max_seqs
@@ -49,19 +51,76 @@ class _Grid:
     cap_reason: np.ndarray  # what caps the batch at its largest value: kv_memory / max_batch
     at_cap: np.ndarray  # batch equals its cap
     backend: np.ndarray  # names
-    step_table: np.ndarray  # (configs, max_cap + 1): decode step ms at n = 0..cap sequences
+    step_table: np.ndarray  # (configs, max_cap + 1): decode step ms at n = 0..cap sequences, read by steps()
     ttft_ms: np.ndarray  # per config: prefill of the uncached prompt + request overhead
     prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
     configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
-    backend_names: np.ndarray = field(init=False)  # the distinct backend names ...
-    backend_code: np.ndarray = field(init=False)  # ... and per candidate its position there
+    backend_names: np.ndarray | None = None  # the backend names (None: the distinct ones of backend) ...
+    backend_code: np.ndarray | None = None  # ... and per candidate its position there
     kv_capped: np.ndarray = field(init=False)  # per candidate: cap_reason is kv_memory
+    # fills step_table where a plan reads it (None: step_table is complete)
+    step_fill: _StepFill | None = None
 
     def __post_init__(self) -> None:
-        codes, names = pd.factorize(self.backend)
-        self.backend_code, self.backend_names = codes, np.asarray(names, dtype=object)
+        if self.backend_code is None:
+            names = dict.fromkeys(self.backend.tolist())
+            position = {name: i for i, name in enumerate(names)}
+            self.backend_names = np.array(list(names), dtype=object)
+            self.backend_code = np.array([position[name] for name in self.backend.tolist()], dtype=np.intp)
         self.kv_capped = self.cap_reason == "kv_memory"
+
+    def steps(self, positions: np.ndarray) -> np.ndarray:
+        """Decode step ms at flat positions of ``step_table``."""
+        if self.step_fill is not None:
+            self.step_fill.complete(positions)
+        return self.step_table.reshape(-1)[positions]
+
+
+class _StepFill:
+    """A decode step table (row: configuration, column: ``n`` sequences of ``tokens_per_sequence`` KV
+    tokens each) computed element by element where it is first read, with the cost model's step
+    formula over the configurations' ``constants``: a plan reads a small share of the table (the
+    batches its fixed points and percentiles visit), and each element is what the formula gives for
+    that configuration alone, whoever asks first."""
+
+    def __init__(self, table: np.ndarray, constants: dict[str, Any], tokens_per_sequence: float) -> None:
+        self.table, self.width = table.reshape(-1), table.shape[1]
+        self.tokens_per_sequence = tokens_per_sequence
+        # the per-configuration columns stacked by dtype, so a fill gathers its rows in one take per dtype
+        self.scalars = {k: v for k, v in constants.items() if k != "model" and np.ndim(v) != 2}
+        columns = [((None, k), v) for k, v in constants.items() if k != "model" and np.ndim(v) == 2]
+        columns += [(("model", k), v) for k, v in constants["model"].items()]
+        self.stacks = [
+            (
+                [key for key, v in columns if v.dtype == dtype],
+                np.stack([v[:, 0] for _, v in columns if v.dtype == dtype]),
+            )
+            for dtype in dict.fromkeys(v.dtype for _, v in columns)
+        ]
+        self.known = np.zeros(self.table.size, dtype=bool)
+        self._scratch = np.empty(self.table.size, dtype=np.int32)
+        self._lock = threading.Lock()
+
+    def complete(self, positions: np.ndarray) -> None:
+        """Compute the elements at ``positions`` (flat) not computed yet."""
+        missing = positions[~self.known[positions]]
+        if not missing.size:
+            return
+        with self._lock:
+            missing = missing[~self.known[missing]]  # unless another thread just computed them
+            # each position once (its last occurrence), in linear time: no sort, no hash
+            seen = np.arange(missing.size, dtype=np.int32)
+            self._scratch[missing] = seen
+            missing = missing[self._scratch[missing] == seen]
+            rows, n = np.divmod(missing, self.width)
+            part: dict[str, Any] = {**self.scalars, "model": {}}
+            for keys, stack in self.stacks:
+                for (group, name), values in zip(keys, stack.take(rows, axis=1)):
+                    (part["model"] if group else part)[name] = values
+            n = n.astype(float)
+            self.table[missing] = step_time(part, n, n * self.tokens_per_sequence, 0.0, 0.0)
+            self.known[missing] = True  # after the values: a reader that sees it finds them
 
 
 def _freeze(spec: dict[str, Any]) -> tuple:
@@ -78,7 +137,13 @@ def _thaw(frozen: tuple) -> dict[str, Any]:
 def _calibration_key(calibration: object) -> tuple:
     """The calibration's efficiencies as a hashable key for the grid cache."""
     mapping = _calibration_mapping(calibration)
-    return tuple(sorted((k, float(mapping[k])) for k in TUNABLE_EFFICIENCIES if k in mapping and pd.notna(mapping[k])))
+    return tuple(sorted((k, float(mapping[k])) for k in TUNABLE_EFFICIENCIES if k in mapping and _given(mapping[k])))
+
+
+def _given(value: object) -> bool:
+    """Whether a calibration value is set: not None, NaN or pandas' NA."""
+    pd = sys.modules.get("pandas")  # a pandas NA can only come with pandas loaded
+    return bool(pd.notna(value)) if pd is not None else value is not None and value == value
 
 
 def _columns(frozen: tuple, fields: tuple[str, ...], index: np.ndarray) -> dict[str, np.ndarray]:
@@ -111,28 +176,8 @@ def _limits(backend_specs: list[dict[str, Any]], grid_max: int) -> np.ndarray:
     return np.array(limits)
 
 
-# configurations per block of the step table: a block's temporaries stay in the CPU cache
-_BLOCK_ROWS = 128
-
-
-def _step_table(constants: dict[str, Any], n: np.ndarray, kv: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """Decode step ms, a row per configuration (``constants`` columns) and a column per ``n`` up to
-    the row's ``top`` (NaN beyond), evaluated in blocks of rows of similar ``top``, each only as wide
-    as its largest (several times faster than one pass over the whole table)."""
-    table = np.full((top.size, n.size), np.nan)
-    order = np.argsort(top, kind="stable")
-    for start in range(0, top.size, _BLOCK_ROWS):
-        block = order[start : start + _BLOCK_ROWS]
-        width = int(top[block].max()) + 1
-        part = {k: v[block] if np.ndim(v) == 2 else v for k, v in constants.items() if k != "model"}
-        part["model"] = {k: v[block] for k, v in constants["model"].items()}
-        table[block, :width] = step_time(part, n[:width], kv[:width], 0.0, 0.0)
-    table[n > top[:, None]] = np.nan
-    return table
-
-
 # The grid does not depend on the rate, the SLOs, the percentile, the workload or the budget, so a
-# sweep over those re-uses it; its arrays are read-only.
+# sweep over those re-uses it; its arrays are read-only (the step table is filled where read, never altered).
 @lru_cache(maxsize=32)
 def _build_grid(
     models: tuple,
@@ -211,15 +256,16 @@ def _build_grid(
     constants["model"] = {k: v[kept] for k, v in model.items()}
     cap = np.minimum(kv_cap, limit)
 
-    # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration
-    top = np.where(ok, cap, 0).max(axis=1, initial=0)
-    n = np.arange(top.max(initial=0) + 1, dtype=float)
-    table = _step_table(constants, n, n * (prompt_tokens + output_tokens / 2), top)
+    # the decode step at 0..cap sequences of mean context prompt + output / 2, row by configuration,
+    # filled where a plan reads it
+    width = int(np.where(ok, cap, 0).max(initial=0)) + 1
+    per_config = {k: v for k, v in constants.items() if k == "model" or np.ndim(v) != 2 or v.shape[1] == 1}
     first = ttft_time(constants, float(prompt_tokens), cached_tokens)[:, 0]
 
     config, backend = np.nonzero(ok)
     entry, batch = _batch_grids(cap[config, backend])
     units, unit = np.unique(config[entry] * (batch.max(initial=0) + 1) + batch, return_inverse=True)
+    backend_names = np.array([b["name"] for b in backend_specs], dtype=object)
     names = lambda specs, index: np.array([s["name"] for s in specs], dtype=object)[index[kept]]
     quality = np.array([[quality_score(m["name"], q["name"]) for q in quant_specs] for m in model_specs])
     grid = _Grid(
@@ -228,8 +274,10 @@ def _build_grid(
         unit=unit.ravel(),
         cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
         at_cap=batch == cap[config, backend][entry],
-        backend=np.array([b["name"] for b in backend_specs], dtype=object)[backend][entry],
-        step_table=table,
+        backend=backend_names[backend[entry]],
+        backend_names=backend_names,
+        backend_code=backend[entry],
+        step_table=np.empty((kept.size, width)),
         ttft_ms=first,
         prefill_ms=first - constants["request_overhead_ms"][:, 0],
         gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
@@ -245,4 +293,6 @@ def _build_grid(
     for value in (*vars(grid).values(), *grid.configs.values()):
         if isinstance(value, np.ndarray):
             value.flags.writeable = False
+    grid.step_table.flags.writeable = True  # filled where read, each element once
+    grid.step_fill = _StepFill(grid.step_table, per_config, prompt_tokens + output_tokens / 2)
     return grid

@@ -8,10 +8,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from toolkit._args import check_int
-from toolkit._data import load_csv
+from toolkit._args import check_int, is_pandas
+from toolkit._data import load_rows
 from toolkit._model.resolve import resolve_model, resolve_quant
 from toolkit._planning.gamma import gamma_quantile
 
@@ -39,26 +38,25 @@ _CONFIG_COLUMNS = {
 
 @lru_cache(maxsize=1)
 def _constants() -> dict[str, float]:
-    table = load_csv("planner.csv")
-    return {str(k): float(v) for k, v in zip(table["parameter"], table["value"])}
+    return {str(row["parameter"]): float(row["value"]) for row in load_rows("planner.csv")}
 
 
 @lru_cache(maxsize=1)
 def _support() -> dict[str, tuple[frozenset[str], bool]]:
-    table = load_csv("backend_support.csv")
     return {
-        str(row.backend): (frozenset(str(row.weight_formats).split(";")), str(row.tensor_parallel).lower() == "true")
-        for row in table.itertuples()
+        str(row["backend"]): (
+            frozenset(str(row["weight_formats"]).split(";")),
+            str(row["tensor_parallel"]).lower() == "true",
+        )
+        for row in load_rows("backend_support.csv")
     }
 
 
 @lru_cache(maxsize=1)
 def _quality_parts() -> tuple[dict[str, float], dict[str, float]]:
-    table = load_csv("quality.csv")
-    base = {resolve_model(row.model)["name"]: float(row.value) for row in table[table["kind"] == "base"].itertuples()}
-    recovery = {
-        resolve_quant(row.quant)["name"]: float(row.value) for row in table[table["kind"] == "recovery"].itertuples()
-    }
+    table = load_rows("quality.csv")
+    base = {resolve_model(row["model"])["name"]: float(row["value"]) for row in table if row["kind"] == "base"}
+    recovery = {resolve_quant(row["quant"])["name"]: float(row["value"]) for row in table if row["kind"] == "recovery"}
     return base, recovery
 
 
@@ -101,12 +99,13 @@ def _poisson_quantile(percentile: float, mean: np.ndarray) -> np.ndarray:
     return np.searchsorted(_poisson_thresholds(percentile, top), mean, side="left").astype(float)
 
 
-def _specs(argument: str, value: object, catalog, resolve) -> list[dict[str, Any]]:
+def _specs(argument: str, value: object, catalog: str, resolve) -> list[dict[str, Any]]:
+    """The resolved specs of ``value``; None: every row of the ``catalog`` CSV."""
     if value is None:  # every catalog row, validated once (no lookup by name)
-        value = catalog().to_dict("records")
-    elif isinstance(value, pd.DataFrame):  # e.g. a filtered catalog: one spec per row
+        value = load_rows(catalog)
+    elif is_pandas(value, "DataFrame"):  # e.g. a filtered catalog: one spec per row
         value = [row for _, row in value.iterrows()]
-    elif isinstance(value, (str, dict, pd.Series)):
+    elif isinstance(value, (str, dict)) or is_pandas(value, "Series"):
         value = [value]
     elif not isinstance(value, Iterable):
         raise ValueError(f"{argument} must be None, a name, a spec or a list of them, got {value!r}")

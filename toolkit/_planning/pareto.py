@@ -19,9 +19,12 @@ in every row is then constant and so drops out of the comparison, exactly as if 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # the command line's frontier needs no pandas
+    import pandas as pd
 
 __all__ = ["pareto"]
 
@@ -61,6 +64,8 @@ def pareto(
         on an objective is the lexicographic best (ties broken by the other objectives in order),
         together with any row exactly equal to it on every objective.
     """
+    import pandas as pd
+
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"df must be a pandas DataFrame, got {type(df).__name__}")
     minimize, maximize = list(minimize), list(maximize)
@@ -75,23 +80,25 @@ def pareto(
         if not (pd.api.types.is_numeric_dtype(df[col]) or df[col].isna().all()):
             raise ValueError(f"column {col!r} (in minimize/maximize) must be numeric, got dtype {df[col].dtype}")
 
-    costs = _as_costs(df, minimize, maximize)
-    keep = ~_dominated(costs)
-    front = df.loc[keep].copy()
-    front_costs = costs[keep]
-    order = np.lexsort(front_costs.T[::-1]) if len(front) else np.arange(0)
-    front = front.iloc[order]
-    front_costs = front_costs[order]
-    front["pick"] = _picks(front_costs, objectives, maximize)
+    numbers = lambda names: [df[c].to_numpy(dtype=float, na_value=np.nan) for c in names]
+    rows, picks = _front(numbers(minimize), numbers(maximize), objectives)
+    front = df.iloc[rows].copy()
+    front["pick"] = picks
     return front
 
 
-def _as_costs(df: pd.DataFrame, minimize: list[str], maximize: list[str]) -> np.ndarray:
-    """Objectives as an (n, k) float array where smaller is better on every axis and NaN is +inf."""
-    cols = [df[c].to_numpy(dtype=float, na_value=np.nan) for c in minimize]
-    cols += [-df[c].to_numpy(dtype=float, na_value=np.nan) for c in maximize]
-    costs = np.column_stack(cols) if len(df) else np.empty((0, len(cols)))
-    return np.where(np.isnan(costs), np.inf, costs)
+def _front(
+    minimize: list[np.ndarray], maximize: list[np.ndarray], objectives: list[str]
+) -> tuple[np.ndarray, list[str]]:
+    """(the positions of the non-dominated rows, ordered by the objectives; their ``pick``) given the
+    objective columns as float arrays (NaN worst) and the objectives' names, minimized first."""
+    cols = [*minimize, *(-c for c in maximize)]
+    costs = np.column_stack(cols) if cols[0].size else np.empty((0, len(cols)))
+    costs = np.where(np.isnan(costs), np.inf, costs)
+    keep = np.flatnonzero(~_dominated(costs))
+    rows = keep[np.lexsort(costs[keep].T[::-1])] if keep.size else keep
+    names = objectives[len(minimize) :]
+    return rows, _picks(costs[rows], objectives, names)
 
 
 def _dominated(costs: np.ndarray) -> np.ndarray:

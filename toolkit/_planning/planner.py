@@ -36,8 +36,8 @@ at once, each distinct (configuration, batch) searched once for all the backends
 candidate grid itself is array math too: every catalog row is resolved and validated once, and the
 cost model's formulas (:mod:`toolkit._model.terms`, the ones :class:`CostModel` evaluates) run over
 all model x GPU x format x tensor-parallel configurations at once, for their KV-bound batch caps, their
-decode step over batch 0..cap and their TTFT; the grid for a given set of specs and request shape is
-cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
+TTFT and their decode step over batch 0..cap (each element computed where a plan first reads it); the
+grid for a given set of specs and request shape is cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
 formula, no DataFrame per call).
 """
 
@@ -45,21 +45,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from toolkit._args import check_choice, check_int, check_number
-from toolkit._model.catalog import backends as backend_catalog
-from toolkit._model.catalog import gpus as gpu_catalog
-from toolkit._model.catalog import models as model_catalog
-from toolkit._model.catalog import quantizations as quant_catalog
+from toolkit._args import check_choice, check_int, check_number, is_pandas
+from toolkit._data import load_rows
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._planning.evaluate import _Evaluator
 from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _degrees, _percentile_label, _specs
 from toolkit._progress import check_progress, progress_bar
-from toolkit._queueing.closed_forms import workload_presets
+
+if TYPE_CHECKING:  # pandas loads for the table plan() returns, not for the command line's
+    import pandas as pd
 
 __all__ = ["plan"]
 
@@ -165,6 +163,71 @@ def plan(
         and simulation more than 25% apart on the end-to-end percentile), filled for the frontier
         plans simulated and missing (NaN / NA) for the others.
     """
+    columns, bar, replay = _plan_columns(
+        request_rate,
+        prompt_tokens,
+        output_tokens,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        slo_e2e_ms=slo_e2e_ms,
+        percentile=percentile,
+        models=models,
+        gpus=gpus,
+        quants=quants,
+        backends=backends,
+        tensor_parallel=tensor_parallel,
+        max_replicas=max_replicas,
+        workload=workload,
+        prefix_cache_hit_rate=prefix_cache_hit_rate,
+        budget_usd_month=budget_usd_month,
+        calibration=calibration,
+        verify=verify,
+        progress=progress,
+    )
+    try:
+        import pandas as pd
+
+        from toolkit._planning.fleets import _text
+
+        texts = {name: _text(*column) for name, column in columns.items() if isinstance(column, tuple)}
+        table = pd.DataFrame({name: texts.get(name, column) for name, column in columns.items()}, copy=False)
+        if replay is not None:
+            from toolkit._planning.verify import verify_plans  # the simulator loads only when needed
+
+            load, pct, slos = replay
+            table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
+            bar.update()
+    finally:
+        bar.close()
+    return table
+
+
+def _plan_columns(
+    request_rate: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    slo_e2e_ms: float | None,
+    percentile: float,
+    models: object,
+    gpus: object,
+    quants: object,
+    backends: object,
+    tensor_parallel: Iterable[int],
+    max_replicas: int,
+    workload: object,
+    prefix_cache_hit_rate: float,
+    budget_usd_month: float | None,
+    calibration: object,
+    verify: str | None,
+    progress: bool | None,
+) -> tuple[dict[str, Any], Any, tuple | None]:
+    """:func:`plan`'s arguments checked and its table computed as columns, without pandas (the
+    command line prints them as they are): (the columns of :func:`fleet_columns`; the progress bar,
+    still open, where a stage is left; for a trace or ``verify``, the replay's (load, percentile,
+    SLOs), else None)."""
     rate = check_number("request_rate", request_rate, low=0, low_inclusive=False)
     prompt = check_int("prompt_tokens", prompt_tokens, low=1)
     output = check_int("output_tokens", output_tokens, low=1)
@@ -175,7 +238,7 @@ def plan(
     pct = check_number("percentile", percentile, low=0, high=1, low_inclusive=False, high_inclusive=False)
     tps = _degrees(tensor_parallel)
     replicas_max = check_int("max_replicas", max_replicas, low=1, high=100_000)
-    trace = workload if isinstance(workload, pd.DataFrame) else None
+    trace = workload if is_pandas(workload, "DataFrame") else None
     workload, cs2, arrival_ca2, underestimated = _variability(workload)
     if verify is not None:
         check_choice("verify", verify, ("simulate",))
@@ -189,10 +252,10 @@ def plan(
     check_progress(progress)
     frozen = lambda *args: tuple(_freeze(spec) for spec in _specs(*args))
     specs = (
-        frozen("models", models, model_catalog, resolve_model),
-        frozen("gpus", gpus, gpu_catalog, resolve_gpu),
-        frozen("quants", quants, quant_catalog, resolve_quant),
-        frozen("backends", backends, backend_catalog, resolve_backend),
+        frozen("models", models, "models.csv", resolve_model),
+        frozen("gpus", gpus, "gpus.csv", resolve_gpu),
+        frozen("quants", quants, "quantizations.csv", resolve_quant),
+        frozen("backends", backends, "backends.csv", resolve_backend),
     )
     replays = 0 if trace is None and verify is None else 1
     long = replays > 0 or math.prod(len(s) for s in specs[:3]) * len(tps) > LONG_GRID
@@ -212,27 +275,22 @@ def plan(
         ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
         e2e = f"e2e_p{_percentile_label(pct)}_ms"
         columns = fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
-        table = pd.DataFrame(columns, copy=False)
         bar.update()
-        if trace is not None or verify is not None:
-            from toolkit._planning.verify import verify_plans  # the simulator loads only when needed
-
-            load = dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2)
-            table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
-            bar.update()
-    finally:
+    except BaseException:
         bar.close()
-    return table
+        raise
+    replay = None if not replays else (dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2), pct, slos)
+    return columns, bar, replay
 
 
 def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:
     """(label, service cs2, arrival ca2, whether the closed form under-estimates its tail)."""
-    if isinstance(workload, pd.DataFrame):
+    if is_pandas(workload, "DataFrame"):
         from toolkit._planning.workload import trace_variability
 
         cs2, arrival_ca2 = trace_variability(workload)
         return "trace", cs2, arrival_ca2, True  # the trace is replayed in the simulator afterwards
-    presets = workload_presets().set_index("preset")
-    check_choice("workload", workload, tuple(presets.index))
-    underestimated = str(presets.loc[workload, "tail_underestimated"]).lower() == "true"
-    return workload, float(presets.loc[workload, "cs2"]), 1.0, underestimated
+    presets = {row["preset"]: row for row in load_rows("workloads.csv")}  # workload_presets(), as rows
+    check_choice("workload", workload, tuple(presets))
+    underestimated = str(presets[workload]["tail_underestimated"]).lower() == "true"
+    return workload, float(presets[workload]["cs2"]), 1.0, underestimated

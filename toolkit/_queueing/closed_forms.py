@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from toolkit._args import check_array
 from toolkit._data import load_csv
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["erlang_c", "queue_wait", "workload_presets"]
 
@@ -297,4 +300,6 @@ def queue_wait(
     out.update(zip(names, core["waits"]))
     out["stable"] = core["stable"]
     out["method"] = _method(c, a2, s2)
+    import pandas as pd
+
     return pd.DataFrame(out)
