@@ -15,6 +15,7 @@ import numpy as np
 
 from toolkit._model.cost import CostModel
 from toolkit._model.terms import step_formula
+from toolkit._queueing.chunking import prefill_chunk
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -51,16 +52,6 @@ class _Clock:
         fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
         self.fits[n] = fit
         return fit
-
-
-def _cut(left: int, chunk: int, breaks: tuple[int, ...]) -> int:
-    """``chunk`` ended at the first break it crosses: with ``left`` prompt tokens still to prefill, a
-    step takes at most ``left - b`` of them for the largest break ``b`` below ``left`` (``breaks`` in
-    descending order)."""
-    for b in breaks:
-        if b < left:
-            return chunk if chunk < left - b else left - b
-    return chunk
 
 
 class _Replica:
@@ -433,9 +424,8 @@ class _Engine:
             for entry in prefill:
                 if room <= 0:
                     break
-                chunk = entry[1] if entry[1] < room else room
-                if breaks:
-                    chunk = _cut(entry[1], chunk, breaks)
+                # prefill_chunk's rule, written out where there are no breaks (a call per chunk costs)
+                chunk = prefill_chunk(entry[1], room, breaks) if breaks else entry[1] if entry[1] < room else room
                 entry[3] = chunk
                 chunked += 1
                 p_tokens += chunk
@@ -453,9 +443,7 @@ class _Engine:
                 if admit_t[rid] != admit_t[rid]:  # NaN: first admission
                     admit_t[rid] = now
                 replica_of[rid] = index
-                chunk = need if need < room else room
-                if breaks:
-                    chunk = _cut(need, chunk, breaks)
+                chunk = prefill_chunk(need, room, breaks) if breaks else need if need < room else room
                 prefill.append([rid, need, 0, chunk])
                 chunked += 1
                 p_tokens += chunk
