@@ -78,11 +78,53 @@ def test_the_running_decodes_take_a_token_in_every_step_of_a_broken_prefill():
 
 
 def test_prefill_chunks_by_hand():
-    chunks = prefill_chunks(np.array([3.0, 29.0, 600.0]), BREAKS)
+    # step by step, first step first: 3 = 3 (no break below 3); 29 = 25 + 4; 600 = 84 + 512 + 4
+    chunks = prefill_chunks(np.array([3.0, 29.0, 600.0]), BREAKS, 512)
     sizes = np.array([c for c, _ in chunks])
     before = np.array([d for _, d in chunks])
-    np.testing.assert_array_equal(sizes, [[0, 0, 84], [0, 25, 512], [3, 4, 4]])
-    np.testing.assert_array_equal(before, [[0, 0, 0], [0, 0, 84], [0, 25, 596]])
+    np.testing.assert_array_equal(sizes, [[3, 25, 84], [0, 4, 512], [0, 0, 4]])
+    np.testing.assert_array_equal(before[:, 2], [0, 84, 596])
+    np.testing.assert_array_equal(before[:2, 1], [0, 25])
+
+
+class _Recording(_Flat):
+    """:class:`_Flat`, noting the prompt tokens and earlier tokens of every step that prefills."""
+
+    def __init__(self):
+        self.prefills = []
+
+    def step_ms(self, n, kv, p, c):
+        if np.ndim(p) == 0 and p > 0:
+            self.prefills.append((int(p), int(c)))
+        return super().step_ms(n, kv, p, c)
+
+
+# By hand from the rule, a budget of 512 and breaks 4 and 516: a step takes at most 512 tokens and at
+# most (left - 516) while more than 516 are left, at most (left - 4) while more than 4 are.
+HAND_CHUNKS = {
+    4: [4],
+    5: [1, 4],
+    30: [26, 4],
+    516: [512, 4],
+    1000: [484, 512, 4],
+    1100: [512, 72, 512, 4],
+    2000: [512, 512, 460, 512, 4],  # 1484 before the break at 516 is more than the budget: 512, 512, 460
+}
+
+
+@pytest.mark.parametrize("prompt", sorted(HAND_CHUNKS))
+def test_the_engine_and_the_calibration_cut_a_prompt_into_the_same_chunks(prompt):
+    expected = HAND_CHUNKS[prompt]
+    before = list(np.cumsum([0, *expected[:-1]]))
+    cost = _Recording()
+    trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [prompt], "output_tokens": [1]})
+    tk.simulate(
+        None, None, None, None, None, None, trace=trace, cost=cost, max_batch=8, max_num_batched_tokens=512,
+        warmup_fraction=0.0, prefill_breaks=BREAKS,
+    )  # fmt: skip
+    assert cost.prefills == list(zip(expected, before, strict=True))
+    chunks = [(c[0], d[0]) for c, d in prefill_chunks(np.array([float(prompt)]), BREAKS, 512)]
+    assert chunks == list(zip(expected, before, strict=True))
 
 
 def _profile(cm, breaks) -> pd.DataFrame:
@@ -94,7 +136,7 @@ def _profile(cm, breaks) -> pd.DataFrame:
         for batch in (2, 4, 8):
             rows += [("batch", batch, 64, 32, np.nan, float(cm.step_ms(batch, batch * (64 + 16))))] * batch
         for prompt in (32, 128, 384, 768):
-            chunks = prefill_chunks(np.array([prompt - 1.0]), breaks)
+            chunks = prefill_chunks(np.array([prompt - 1.0]), breaks, cm.max_num_batched_tokens)
             steps = [float(cm.step_ms(0, 0, c[0], 1 + d[0])) for c, d in chunks if c[0] > 0]
             rows.append(("prefill", 1, prompt, 1, sum(steps) + cm.request_overhead_ms, np.nan))
     frame = pd.DataFrame(rows, columns=["cell", "batch", "prompt_tokens", "output_tokens", "ttft_ms", "step"])

@@ -35,6 +35,7 @@ from scipy.optimize import least_squares
 
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
+from toolkit._queueing.chunking import prefill_chunk
 
 __all__: list[str] = []
 
@@ -76,7 +77,7 @@ def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] =
         own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
         together = wave / own  # prompts of the wave, each cut at the same breaks
         prefill = np.zeros(len(obs))
-        for chunk, done in prefill_chunks(own, prefill_breaks):
+        for chunk, done in prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens):
             step = cm.step_ms(m, m * context, chunk * together, cached + done)
             prefill = prefill + np.where(chunk > 0, step, 0.0)
     else:
@@ -85,19 +86,27 @@ def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] =
     return np.where(obs["kind"].to_numpy() == "tpot", tpot, ttft)
 
 
-def prefill_chunks(tokens: np.ndarray, prefill_breaks: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The chunks ``tokens`` prompt tokens are prefilled in when every step ends at the first of
-    ``prefill_breaks`` (offsets from the prompt's end) it would cross: (chunk, tokens before it) per
-    step, first step first; a chunk is 0 where that prompt needs fewer steps."""
-    left = np.asarray(tokens, dtype=float)
-    done = np.zeros_like(left)
-    out = []
-    for brk in sorted(set(prefill_breaks), reverse=True):
-        chunk = np.where(left > brk, left - brk, 0.0)
-        out.append((chunk, done))
-        done, left = done + chunk, left - chunk
-    out.append((left, done))
-    return out
+def prefill_chunks(
+    tokens: np.ndarray, prefill_breaks: Sequence[int], max_num_batched_tokens: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The chunks a lone prompt of ``tokens`` tokens is prefilled in, one step each, as the simulator's
+    engine cuts it (:func:`toolkit._queueing.chunking.prefill_chunk`: at most the step's token budget,
+    ended at the first of ``prefill_breaks`` it would cross): (chunk, tokens before it) per step,
+    first step first; a chunk is 0 where that prompt needs fewer steps."""
+    sizes, which = np.unique(np.asarray(tokens, dtype=float), return_inverse=True)
+    breaks = tuple(sorted(set(prefill_breaks), reverse=True))
+    steps = []  # per distinct size, its chunks
+    for size in sizes:
+        chunks, left = [], float(size)
+        while left > 0:
+            chunks.append(prefill_chunk(left, max_num_batched_tokens, breaks))
+            left -= chunks[-1]
+        steps.append(chunks)
+    table = np.zeros((len(sizes), max(map(len, steps), default=0)))
+    for row, chunks in zip(table, steps, strict=True):
+        row[: len(chunks)] = chunks
+    done = np.cumsum(table, axis=1) - table
+    return [(table[which, i], done[which, i]) for i in range(table.shape[1])]
 
 
 def fit(

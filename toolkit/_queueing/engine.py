@@ -15,6 +15,7 @@ import numpy as np
 
 from toolkit._model.cost import CostModel
 from toolkit._model.terms import step_formula
+from toolkit._queueing.chunking import prefill_chunk
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -51,16 +52,6 @@ class _Clock:
         fit = _Linear(lambda kv: np.asarray(self._step_ms(float(n), kv, 0.0, 0.0), dtype=float) / 1e3, self._high)
         self.fits[n] = fit
         return fit
-
-
-def _cut(left: int, chunk: int, breaks: tuple[int, ...]) -> int:
-    """``chunk`` ended at the first break it crosses: with ``left`` prompt tokens still to prefill, a
-    step takes at most ``left - b`` of them for the largest break ``b`` below ``left`` (``breaks`` in
-    descending order)."""
-    for b in breaks:
-        if b < left:
-            return chunk if chunk < left - b else left - b
-    return chunk
 
 
 class _Replica:
@@ -147,7 +138,7 @@ class _Engine:
         self.finish_t = np.full(n, np.nan)
         self.replica_of = np.full(n, -1, dtype=np.int32)
         self.preempted = np.zeros(n, dtype=np.int32)
-        self.gen = np.zeros(n, dtype=np.int64)  # tokens generated (for a decoding request: at the step it joined)
+        self.gen = np.zeros(n, dtype=np.int64)  # tokens generated in flight (a decoding one: when it joined)
         self.joined = np.zeros(n, dtype=np.int64)  # replica decode step at which it joined the decode batch
         self.kv_join = np.zeros(n, dtype=np.int64)
         self.epoch = np.zeros(n, dtype=np.int32)
@@ -189,15 +180,21 @@ class _Engine:
         r.version += 1
         heapq.heappush(self.events, (t, r.index, r.version))
 
-    def _truncate(self, r: _Replica, t: float) -> None:
-        """End the decode run of ``r`` at the first step boundary at or after ``t``."""
+    def _shorten(self, r: _Replica, t: float) -> float | None:
+        """End the decode run of ``r`` at the first step boundary at or after ``t``: its new end, or
+        None where that is the run's own end."""
         k, seconds = r.fit.reach(r.kv_dec, r.n_dec, r.run_steps, t - r.t_start)
-        if k < r.run_steps:
-            r.run_steps = k
+        if k == r.run_steps:
+            return None
+        r.run_steps = k
+        end = r.t_start + seconds
+        return t if t > end else end
+
+    def _truncate(self, r: _Replica, t: float) -> None:
+        """:meth:`_shorten` for a replica whose next event is in the event heap."""
+        end = self._shorten(r, t)
+        if end is not None:
             r.version += 1
-            end = r.t_start + seconds
-            if t > end:
-                end = t
             heapq.heappush(self.events, (end, r.index, r.version))
 
     def _offer(self, rid: int, t: float, source: _Replica | None = None) -> None:
@@ -245,16 +242,19 @@ class _Engine:
         """Simulate until every request has finished; return the time of the last event (s).
         ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
 
-        One pass of the loop handles the next arrival or the next replica event. A replica event ends
-        the replica's phase (a mixed step, or a run of decode steps: its decodes and prefills that
-        finish, first tokens, completions) and plans its next one (preemptions, prefill chunks and
-        admissions in the step's token budget, then a mixed step or the longest run of decode steps
-        that nothing can interrupt). Both parts are written out inline: they run once per event.
+        One pass of the loop handles one event of the current replica ``r``, whose state it holds in
+        locals: it ends the replica's phase (a mixed step, or a run of decode steps: its decodes and
+        prefills that finish, first tokens, completions) and plans its next one (preemptions, prefill
+        chunks and admissions in the step's token budget, then a mixed step or the longest run of
+        decode steps that nothing can interrupt). It is written out inline: it runs once per event.
 
-        A replica's next event that comes before the next arrival is handled at once, without the
-        event heap: with a queue per replica, nothing but an arrival can change what a replica does,
-        and no replica reads another's state except at an arrival. (A shared queue is read by every
-        replica, so there each event goes through the heap.)
+        With a queue per replica, nothing but an arrival can change what a replica does, and no
+        replica reads another's state except at an arrival: so ``r`` goes on with its next event at
+        once while that comes before the next arrival. Otherwise the next arrival, or the earliest
+        event of another replica (from the event heap, in (time, replica) order), comes first; an
+        arrival for ``r`` changes its next event in place, and only when another replica's event
+        comes first does ``r``'s go into the heap. (A shared queue is read by every replica: there
+        each event goes through the heap.)
         """
         v = self._views
         prompt, output, arrival, admit_t, first_t, finish_t = (
@@ -282,174 +282,194 @@ class _Engine:
             next_issue = min(concurrency, n)
             self.arrival[:next_issue] = 0.0
         ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
-        now = last = 0.0  # the time of the last entry popped or arrival; of the last event processed inline
+        # the current replica, its state in locals, and the time of its next event (inf: idle)
+        r = reps[0]
+        index, phase, steps, n_dec, kv_dec, kv_used = r.index, r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used
+        heap, running, queue, prefill = r.heap, r.running, r.queue, r.prefill
+        end = inf
+        # now: the time of the event or arrival in hand; last: the latest time a replica fell idle or
+        # a heap entry went stale (a shortened run's former end), which bounds the simulation's end
+        now = last = 0.0
         while True:
-            te = events[0][0] if events else inf
-            if ta <= te:
-                if ta == inf:
-                    return max(now, last)
-                now = ta
-                rid = next_arrival
-                next_arrival += 1
-                if not next_arrival & _TICK_MASK:
-                    bar.update(_TICK)
-                ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
-                if rid == window_request:
-                    self._open_window(now)
-                if shared:
-                    self.central.append(rid)
-                    self._offer(rid, now)
-                    continue
-                if round_robin:
-                    r = reps[next_rr % n_reps]
-                    next_rr += 1
-                else:  # least loaded: the first replica with the fewest requests waiting plus running
-                    r = reps[loads.index(min(loads))]
-                loads[r.index] += 1
-                queue = r.queue
-                queue.append(rid)
-                phase = r.phase
-                if phase == _IDLE:
-                    self._wake(r, now)
-                elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
-                    self._truncate(r, now)
-                continue
-            now, index, version = heappop(events)
-            r = reps[index]
-            if version != r.version:
-                continue
-            # the replica's state in locals while its events run, stored back when they stop
-            phase, steps, n_dec, kv_dec, kv_used = r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used
-            heap, running, queue, prefill = r.heap, r.running, r.queue, r.prefill
-            while True:  # this replica's events, as long as they come before the next arrival
-                # ---- end the phase that just finished
-                if phase != _WAKE:
-                    r.busy_s += now - r.t_start
-                    if phase == _RUN:
-                        k = r.run_steps
-                        steps += k
-                        kv_dec += n_dec * k
-                        kv_used += n_dec * k
-                    else:
-                        steps += 1
-                        kv_dec += n_dec
-                        kv_used += n_dec
-                        for i in range(r.chunked):
-                            entry = prefill[i]
-                            entry[1] -= entry[3]
-                            entry[2] += entry[3]
-                    completed = 0
-                    while heap and heap[0][0] <= steps:
-                        _, rid, ep = heappop(heap)
-                        if ep != epoch[rid]:
-                            continue
-                        kv = kv_join[rid] + steps - joined[rid]
-                        n_dec -= 1
-                        kv_dec -= kv
-                        kv_used -= kv + slack
-                        gen[rid] = output[rid]
-                        del running[rid]
-                        finish_t[rid] = now
-                        completed += 1
-                    if phase == _STEP:
-                        while prefill and prefill[0][1] == 0:
-                            rid, _, kv, _ = prefill.popleft()
-                            g = gen[rid] + 1
-                            gen[rid] = g
-                            if first_t[rid] != first_t[rid]:  # NaN: the first token of this request
-                                first_t[rid] = now
-                            if g >= output[rid]:
-                                kv_used -= kv + slack
-                                del running[rid]
-                                finish_t[rid] = now
-                                completed += 1
-                                continue
-                            running[rid] = True
-                            joined[rid] = steps
-                            kv_join[rid] = kv
-                            heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
-                            n_dec += 1
-                            kv_dec += kv
-                    if completed:
-                        loads[index] -= completed
-                        if closed:  # their clients send their next requests now
-                            for rid in range(next_issue, min(next_issue + completed, n)):
-                                arrival[rid] = now
-                                next_issue = rid + 1
-                            ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
-
-                # ---- plan the next step (or run of decode steps) from now
-                if kv_used + n_dec > budget:
-                    r.steps, r.n_dec, r.kv_dec, r.kv_used = steps, n_dec, kv_dec, kv_used
-                    while r.kv_used + r.n_dec > budget:
-                        self._preempt(r, now)
-                    n_dec, kv_dec, kv_used = r.n_dec, r.kv_dec, r.kv_used
-                room = token_budget - n_dec
-                p_tokens = p_context = chunked = 0
-                for entry in prefill:
-                    if room <= 0:
-                        break
-                    chunk = entry[1] if entry[1] < room else room
-                    if breaks:
-                        chunk = _cut(entry[1], chunk, breaks)
-                    entry[3] = chunk
-                    chunked += 1
-                    p_tokens += chunk
-                    p_context += entry[2]
-                    room -= chunk
-                head = queue[0] if shared and queue else None
-                while queue and room > 0 and len(running) < max_batch:
-                    rid = queue[0]
-                    need = prompt[rid] + gen[rid]
-                    if kv_used + n_dec + need + slack > budget:
-                        break
-                    queue.popleft()
-                    running[rid] = False
-                    kv_used += need + slack
-                    if admit_t[rid] != admit_t[rid]:  # NaN: first admission
-                        admit_t[rid] = now
-                    replica_of[rid] = index
-                    chunk = need if need < room else room
-                    if breaks:
-                        chunk = _cut(need, chunk, breaks)
-                    prefill.append([rid, need, 0, chunk])
-                    chunked += 1
-                    p_tokens += chunk
-                    room -= chunk
-                r.chunked = chunked
-                if chunked:
-                    phase = _STEP
-                    dt = step_ms(n_dec, kv_dec, p_tokens, p_context) / 1e3
-                elif n_dec:
-                    while heap[0][2] != epoch[heap[0][1]]:
-                        heappop(heap)
-                    # the steps to the next completion, at most those the KV cache holds, at most run_cap
-                    k = heap[0][0] - steps
-                    fill = (budget - kv_used) // n_dec
-                    if fill < k:
-                        k = fill
-                    if run_cap < k:
-                        k = run_cap
-                    phase = _RUN
-                    r.run_steps = k
-                    r.fit = fit = fits.get(n_dec) or new_fit(n_dec)
-                    dt = fit.series(kv_dec, n_dec, k)
-                else:
-                    phase = _IDLE
-                    dt = inf
-                end = now + dt
-                if end < ta and not shared:  # nothing reaches this replica first: go on with its next event
-                    r.t_start = now
-                    now = end
-                    continue
+            if end >= ta or shared:
+                # ---- what comes next: the next arrival, r's next event or another replica's
                 r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used = phase, steps, n_dec, kv_dec, kv_used
-                if shared and queue and queue[0] != head:
-                    self._offer(queue[0], now, source=r)  # a new head another replica may take
                 if phase == _IDLE:
                     if now > last:
                         last = now
+                elif shared:
+                    r.version += 1
+                    heappush(events, (end, index, r.version))
+                if shared:
+                    end = inf  # r's event is in the heap
+                while True:
+                    te = events[0][0] if events else inf  # (the entry may be stale: its replica has moved on)
+                    if ta <= te and ta <= end:
+                        if ta == inf:
+                            return max(now, last)
+                        now = ta
+                        rid = next_arrival
+                        next_arrival += 1
+                        if not next_arrival & _TICK_MASK:
+                            bar.update(_TICK)
+                        ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+                        if rid == window_request:
+                            self._open_window(now)
+                        if shared:
+                            self.central.append(rid)
+                            self._offer(rid, now)
+                            continue
+                        if round_robin:
+                            target = reps[next_rr % n_reps]
+                            next_rr += 1
+                        else:  # least loaded: the first replica with the fewest requests waiting plus running
+                            target = reps[loads.index(min(loads))]
+                        loads[target.index] += 1
+                        target.queue.append(rid)
+                        if target is not r:
+                            if target.phase == _IDLE:
+                                self._wake(target, now)
+                            elif target.phase == _RUN and len(target.queue) == 1 and self._fits(target, rid):
+                                self._truncate(target, now)
+                        elif phase == _IDLE:
+                            r.phase = phase = _WAKE
+                            end = now
+                        elif phase == _RUN and len(queue) == 1 and self._fits(r, rid):
+                            shorter = self._shorten(r, now)
+                            if shorter is not None:
+                                if end > last:  # where the loop with every event in the heap left a stale entry
+                                    last = end
+                                end = shorter
+                        continue
+                    if te < end or (te == end and events[0][1] < index):
+                        te, other, version = heappop(events)
+                        if version != reps[other].version:  # stale
+                            if te > last:
+                                last = te
+                            continue
+                        if end < inf:
+                            r.version += 1
+                            heappush(events, (end, index, r.version))
+                        now, index, r = te, other, reps[other]
+                        phase, steps, n_dec, kv_dec, kv_used = r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used
+                        heap, running, queue, prefill = r.heap, r.running, r.queue, r.prefill
+                    else:
+                        now = end
                     break
-                r.t_start = now
-                r.version = version = r.version + 1
-                heappush(events, (end, index, version))
-                break
+            else:
+                now = end
+            # ---- end the phase that just finished
+            if phase != _WAKE:
+                r.busy_s += now - r.t_start
+                if phase == _RUN:
+                    k = r.run_steps
+                    steps += k
+                    kv_dec += n_dec * k
+                    kv_used += n_dec * k
+                else:
+                    steps += 1
+                    kv_dec += n_dec
+                    kv_used += n_dec
+                    for i in range(r.chunked):
+                        entry = prefill[i]
+                        entry[1] -= entry[3]
+                        entry[2] += entry[3]
+                completed = 0
+                while heap and heap[0][0] <= steps:
+                    _, rid, ep = heappop(heap)
+                    if ep != epoch[rid]:
+                        continue
+                    kv = kv_join[rid] + steps - joined[rid]
+                    n_dec -= 1
+                    kv_dec -= kv
+                    kv_used -= kv + slack
+                    del running[rid]
+                    finish_t[rid] = now
+                    completed += 1
+                if phase == _STEP:
+                    while prefill and prefill[0][1] == 0:
+                        rid, _, kv, _ = prefill.popleft()
+                        g = gen[rid] + 1
+                        gen[rid] = g
+                        if g == 1:  # its first token (one preempted while decoding had generated tokens)
+                            first_t[rid] = now
+                        if g >= output[rid]:
+                            kv_used -= kv + slack
+                            del running[rid]
+                            finish_t[rid] = now
+                            completed += 1
+                            continue
+                        running[rid] = True
+                        joined[rid] = steps
+                        kv_join[rid] = kv
+                        heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
+                        n_dec += 1
+                        kv_dec += kv
+                if completed:
+                    loads[index] -= completed
+                    if closed:  # their clients send their next requests now
+                        for rid in range(next_issue, min(next_issue + completed, n)):
+                            arrival[rid] = now
+                            next_issue = rid + 1
+                        ta = arrival[next_arrival] + overhead if next_arrival < next_issue else inf
+
+            # ---- plan the next step (or run of decode steps) from now
+            if kv_used + n_dec > budget:
+                r.steps, r.n_dec, r.kv_dec, r.kv_used = steps, n_dec, kv_dec, kv_used
+                while r.kv_used + r.n_dec > budget:
+                    self._preempt(r, now)
+                n_dec, kv_dec, kv_used = r.n_dec, r.kv_dec, r.kv_used
+            room = token_budget - n_dec
+            p_tokens = p_context = chunked = 0
+            for entry in prefill:
+                if room <= 0:
+                    break
+                # prefill_chunk's rule, written out where there are no breaks (a call per chunk costs)
+                chunk = prefill_chunk(entry[1], room, breaks) if breaks else entry[1] if entry[1] < room else room
+                entry[3] = chunk
+                chunked += 1
+                p_tokens += chunk
+                p_context += entry[2]
+                room -= chunk
+            head = queue[0] if shared and queue else None
+            while queue and room > 0 and len(running) < max_batch:
+                rid = queue[0]
+                need = prompt[rid] + gen[rid]
+                if kv_used + n_dec + need + slack > budget:
+                    break
+                queue.popleft()
+                running[rid] = False
+                kv_used += need + slack
+                if admit_t[rid] != admit_t[rid]:  # NaN: first admission
+                    admit_t[rid] = now
+                replica_of[rid] = index
+                chunk = prefill_chunk(need, room, breaks) if breaks else need if need < room else room
+                prefill.append([rid, need, 0, chunk])
+                chunked += 1
+                p_tokens += chunk
+                room -= chunk
+            r.chunked = chunked
+            r.t_start = now
+            if chunked:
+                phase = _STEP
+                end = now + step_ms(n_dec, kv_dec, p_tokens, p_context) / 1e3
+            elif n_dec:
+                while heap[0][2] != epoch[heap[0][1]]:
+                    heappop(heap)
+                # the steps to the next completion, at most those the KV cache holds, at most run_cap
+                k = heap[0][0] - steps
+                fill = (budget - kv_used) // n_dec
+                if fill < k:
+                    k = fill
+                if run_cap < k:
+                    k = run_cap
+                phase = _RUN
+                r.run_steps = k
+                r.fit = fit = fits.get(n_dec) or new_fit(n_dec)
+                end = now + fit.series(kv_dec, n_dec, k)
+            else:
+                phase = _IDLE
+                end = inf
+            if shared and queue and queue[0] != head:
+                r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used = phase, steps, n_dec, kv_dec, kv_used
+                self._offer(queue[0], now, source=r)  # a new head another replica may take

@@ -1,0 +1,35 @@
+"""The one prefill chunking rule: how many prompt tokens an engine step prefills.
+
+The simulator's engine applies it step by step; the calibration (``toolkit._calibration.fit``) applies
+it to a lone prompt to predict the steps of its TTFT, so both split a prompt the same way.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+
+
+def prefill_chunk(left: float, room: float, breaks: tuple[int, ...]) -> float:
+    """Prompt tokens one step prefills of a prompt with ``left`` tokens still to prefill.
+
+    Parameters
+    ----------
+    left : int or float
+        Prompt tokens not yet prefilled (> 0).
+    room : int or float
+        Tokens of the step's budget still free (> 0): the step's token budget less one token per
+        decoding sequence and the chunks of prompts ahead of this one.
+    breaks : tuple of int
+        Offsets from the prompt's end at which a chunk ends, in descending order (``prefill_breaks``
+        of :func:`toolkit.simulate`).
+
+    Returns
+    -------
+    int or float
+        ``min(left, room)``, and at most ``left - b`` for the largest break ``b`` below ``left``.
+    """
+    chunk = left if left < room else room
+    for b in breaks:
+        if b < left:
+            return chunk if chunk < left - b else left - b
+    return chunk
