@@ -52,6 +52,28 @@ def test_host_row_is_usable_as_a_gpu(host):
     assert sim.requests["e2e_s"].notna().all()
 
 
+def test_best_of_hosts_keeps_each_rates_best_sample(host):
+    from toolkit._model.host import best_of_hosts
+
+    dip = host.copy()  # a sample taken in a dip: GEMM at 165 of 310 GFLOP/s, copy a little faster
+    fast = host.copy()
+    fast["matmul_gflops"], fast["fp16_tflops"], fast["bandwidth_gb_s"] = 310.0, 0.310, 21.4
+    dip["matmul_gflops"], dip["fp16_tflops"], dip["bandwidth_gb_s"] = 165.0, 0.165, 23.3
+    best = best_of_hosts([dip, fast])
+    assert len(best) == 1
+    assert best["matmul_gflops"].iloc[0] == 310.0 and best["fp16_tflops"].iloc[0] == 0.310
+    assert best["bandwidth_gb_s"].iloc[0] == 23.3
+    assert best["memory_gb"].iloc[0] == host["memory_gb"].iloc[0]
+    assert best["source"].iloc[0].endswith("best of 2 samples")
+    assert dip["matmul_gflops"].iloc[0] == 165.0  # the inputs are not modified
+    with pytest.raises(ValueError, match="rows"):
+        best_of_hosts([])
+    other = host.copy()
+    other["name"] = "host-cpu: another machine"
+    with pytest.raises(ValueError, match="one machine"):
+        best_of_hosts([host, other])
+
+
 # --- the fit recovers known parameters -----------------------------------------------------------
 
 TRUTH = {"mbu": 0.55, "mfu": 0.35, "step_overhead_ms": 3.0, "request_overhead_ms": 25.0}

@@ -56,8 +56,9 @@ def _one_run() -> dict:
     out = {
         "started": start,
         "host_load_1m_before": load_before,
-        # the host measured before the server starts: mbu and mfu are shares of these, so a run whose
-        # copy or GEMM measured faster reports smaller efficiencies for the same server
+        # the host's rates, the best of three samples over the run (before the server starts, after the
+        # profile, after the sweep): mbu and mfu are shares of these, so a run whose copy or GEMM
+        # measured faster reports smaller efficiencies for the same server
         "host_bandwidth_gb_s": _number(run.host["bandwidth_gb_s"].iloc[0]),
         "host_fp16_tflops": _number(run.host["fp16_tflops"].iloc[0]),
         "host_load_1m_after": os.getloadavg()[0],
