@@ -62,7 +62,7 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")
-    host = measure_host()  # before the server starts, as the report does
+    host = measure_host()  # one sample before the server starts (the report takes the best of three over its run)
     with tk.LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
         marks = [host_state.sample(server.pid)]
         a = tk.profile(server=server, progress=False)

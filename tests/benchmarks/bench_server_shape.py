@@ -114,7 +114,7 @@ def main() -> None:
     from toolkit._sweep.llama_server import LlamaServer, server_version
 
     load_before = os.getloadavg()[0]
-    host = measure_host()  # before the server starts, as the report does
+    host = measure_host()  # one sample before the server starts (the report takes the best of three over its run)
     with LlamaServer(parallel=max(BATCHES)) as server:
         decode, prefill = _shape(server)
         replays = _replays(server, host)
