@@ -332,6 +332,32 @@ def test_materialised_attention_scores_cost_their_traffic_after_the_roofline():
     assert toolkit.cost_model("Llama-3.1-8B", "RTX 3090", "fp16", backend="llamacpp").attention_score_bytes == 0
 
 
+def test_a_converting_engine_pays_the_dequantization_of_large_steps():
+    # Llama-3.1-8B q8_0 (8.5 bits) on an H100 SXM: its matrices are 8.0303e9 - 2 x 128,256 x 4,096 =
+    # 6.9796e9 weights, 7.4159 GB packed and 13.9593 GB as an fp16 copy. A 512-token prefill converts
+    # them (both amounts moved, at 3,350e9 x 0.7 B/s, after the roofline), and its GEMMs read the copy
+    # in place of the packed matrices (read at weight_read_efficiency 0.75): the memory part grows by
+    # 13.9593 - 7.4159 / 0.75 GB, which adds its serial share 0.3 to the compute-bound step
+    matrices = 8.0303e9 - 2 * 128_256 * 4_096
+    packed, copy = matrices * 8.5 / 8, matrices * 2
+    extra = (packed + copy + 0.3 * (copy - packed / 0.75)) / (3350e9 * 0.7) * 1e3
+    base = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "q8_0")
+    converting = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "q8_0", dequant_gemm_tokens=32)
+    assert float(converting.ttft_ms(512) - base.ttft_ms(512)) == pytest.approx(extra, rel=1e-9)
+    # a step of 32 tokens or fewer, and 16-bit weights, are read as they are
+    assert float(converting.ttft_ms(32)) == pytest.approx(float(base.ttft_ms(32)), rel=1e-12)
+    bf16 = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
+    assert float(toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", dequant_gemm_tokens=32).ttft_ms(512)) == (
+        pytest.approx(float(bf16.ttft_ms(512)), rel=1e-12)
+    )
+    # llama.cpp's CUDA builds of late 2023 to mid 2024 convert above 32 tokens; the default never does
+    old = toolkit.cost_model(
+        "Llama-3.1-8B", "RTX 4090", "q4_k_m", backend="llamacpp", engine_version="PR 4766 branch (2024-01)"
+    )
+    assert old.dequant_gemm_tokens == 32
+    assert toolkit.cost_model("Llama-3.1-8B", "RTX 4090", "q4_k_m", backend="llamacpp").dequant_gemm_tokens == 0
+
+
 def test_step_ms_broadcasts():
     cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
     grid = cm.step_ms(np.array([[1], [8]]), np.array([[1024], [8192]]), prefill_tokens=np.array([0, 256]))

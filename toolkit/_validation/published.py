@@ -66,14 +66,10 @@ _CONDITIONS = [
     "requests",
     "statistic",
 ]
-_IDEAL = {
-    "mbu": 1.0,
-    "mfu": 1.0,
-    "step_overhead_ms": 0.0,
-    "request_overhead_ms": 0.0,
-    "tp_mbu_factor": 1.0,
-    "seq_overhead_us": 0.0,
-}
+# the floor: every efficiency at 1, no overheads, no conversion of the weights (the all-reduce at the link's rate)
+_IDEAL = dict.fromkeys(("mbu", "mfu", "tp_mbu_factor"), 1.0) | dict.fromkeys(
+    ("step_overhead_ms", "request_overhead_ms", "seq_overhead_us", "dequant_gemm_tokens"), 0.0
+)
 _LATENCY = {"ttft_ms", "itl_ms", "tpot_ms"}
 # requests simulated per closed- or open-loop row whose source does not state its own (the first 10% are warm-up)
 SIM_REQUESTS = 400
@@ -168,20 +164,9 @@ def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float, reques
     # can decode (the KV cache bounds them too), not simulate()'s defaults (256 and 2,048)
     budget = cm.max_num_batched_tokens
     batch = int(min(cm.max_batch, budget))
-    result = simulate(
-        None,
-        None,
-        None,
-        isl,
-        osl,
-        SIM_REQUESTS if requests is None else requests,
-        cost=cm,
-        warmup_fraction=None if requests is None else 0.0,
-        progress=False,
-        max_batch=batch,
-        max_num_batched_tokens=budget,
-        **load,
-    )
+    runs = {"num_requests": SIM_REQUESTS} if requests is None else {"num_requests": requests, "warmup_fraction": 0.0}
+    engine = {"cost": cm, "progress": False, "max_batch": batch, "max_num_batched_tokens": budget}
+    result = simulate(None, None, None, isl, osl, **runs, **load, **engine)
     return result.summary.iloc[0]
 
 
