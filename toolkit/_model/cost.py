@@ -57,8 +57,9 @@ class CostModel:
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
     allreduce_gb_s : float
-        Bus bandwidth a tensor-parallel all-reduce reaches: ``interconnect_gb_s`` over NVLink-class
-        links, ``allreduce_bw_efficiency_pcie`` of it over PCIe (efficiency.csv).
+        Bus bandwidth a tensor-parallel all-reduce reaches: ``allreduce_bw_efficiency_nvlink`` of
+        ``interconnect_gb_s`` over NVLink-class links, ``allreduce_bw_efficiency_pcie`` of it over
+        PCIe (efficiency.csv).
     weights_bytes, shared_weights_bytes, expert_bytes : float
         Weights per GPU; of which shared (non-expert); one expert's weights over all layers.
     weight_read_efficiency : float

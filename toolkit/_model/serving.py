@@ -25,9 +25,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
-  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s`` (NVLink) or
-  ``allreduce_bw_efficiency_pcie`` of it (PCIe: NCCL's all-reduce bus bandwidth stays well under the
-  link's peak there).
+  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` at ``allreduce_bw_efficiency_nvlink``
+  of ``interconnect_gb_s`` (NVLink: NCCL's protocol overhead) or ``allreduce_bw_efficiency_pcie`` of
+  it (PCIe: NCCL's all-reduce bus bandwidth stays well under the link's peak there).
 * ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
   stop checks, scheduling) that grows with the batch.
 * ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused

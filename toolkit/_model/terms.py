@@ -76,11 +76,12 @@ def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
 
 
 def allreduce_bandwidth(interconnect_gb_s: Any) -> Any:
-    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: the interconnect's on NVLink-class GPUs
-    (``interconnect_gb_s`` >= ``nvlink_min_gb_s``), ``allreduce_bw_efficiency_pcie`` of it on
-    PCIe-only cards (efficiency.csv)."""
+    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: ``allreduce_bw_efficiency_nvlink`` of the
+    interconnect on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``),
+    ``allreduce_bw_efficiency_pcie`` of it on PCIe-only cards (efficiency.csv)."""
     nvlink = np.asarray(interconnect_gb_s) >= efficiency_value("nvlink_min_gb_s")
-    return interconnect_gb_s * np.where(nvlink, 1.0, efficiency_value("allreduce_bw_efficiency_pcie"))
+    shares = efficiency_value("allreduce_bw_efficiency_nvlink"), efficiency_value("allreduce_bw_efficiency_pcie")
+    return interconnect_gb_s * np.where(nvlink, *shares)
 
 
 def fp16_rate(gpu: Mapping[str, Any], fp16_accumulate: Any) -> Any:
