@@ -115,3 +115,14 @@ def test_the_chart_has_one_panel_per_family():
     out = toolkit.accuracy_against_published(_table({}, {"id": "t", "family": "ttft", "metric": "ttft_ms"}))
     spec = toolkit.published_accuracy_chart(out).to_dict()
     assert spec["facet"]["column"]["field"] == "family"
+
+
+def test_a_stated_run_length_is_simulated_whole():
+    # 2,048-token prompts at 1,000 requests/s swamp an 8B model on one H100 (a prefill step of one
+    # prompt takes tens of ms), so request i waits for the i - 1 before it: the mean TTFT over a run of
+    # N requests, all counted, is about N / 2 prefills and doubles with N
+    row = {"family": "ttft", "metric": "ttft_ms", "load_mode": "open", "load_level": 1000}
+    row |= {"input_tokens": 2048, "output_tokens": 2}
+    out = toolkit.accuracy_against_published(_table({**row, "requests": 100}, {**row, "id": "b", "requests": 200}))
+    ratio = out.loc[1, "predicted"] / out.loc[0, "predicted"]
+    assert ratio == pytest.approx(2.0, rel=0.1)

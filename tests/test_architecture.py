@@ -75,8 +75,9 @@ def test_every_tunable_efficiency_moves_every_entry_point(entry):
     from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
 
     defaults = toolkit.efficiency_defaults()["value"]
-    # tensor parallel 2 so that the all-reduce terms count; a short prompt keeps decode memory-bound
-    setup = {"model": "Llama-3.1-8B", "gpu": "H100 SXM", "quant": "bf16"}
+    # tensor parallel 2 so that the all-reduce terms count; a short prompt keeps decode memory-bound;
+    # weight-only 4-bit weights so that converting them before a GEMM (dequant_gemm_tokens) counts
+    setup = {"model": "Llama-3.1-8B", "gpu": "H100 SXM", "quant": "int4"}
 
     def measure(calibration):
         if entry == "cost_model":

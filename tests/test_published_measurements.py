@@ -25,6 +25,7 @@ COLUMNS = [
     "output_tokens",
     "load_mode",
     "load_level",
+    "requests",
     "source",
     "source_date",
     "notes",
@@ -75,6 +76,8 @@ def test_values_and_conditions_are_well_formed(table):
     # a rate or concurrency is given wherever the load is not offline
     assert table.loc[table["load_mode"].isin(["closed", "open"]), "load_level"].notna().all()
     assert table["source"].str.len().gt(10).all()
+    given = table["requests"].dropna()
+    assert given.gt(0).all() and (given == given.round()).all()
     # a '#' inside a field would start a comment for the reader and cut the row short
     assert table["notes"].notna().all() and table["split"].notna().all()
     assert table["source_date"].astype(str).str.fullmatch(r"\d{4}-\d{2}(-\d{2})?").all()
@@ -83,3 +86,10 @@ def test_values_and_conditions_are_well_formed(table):
 def test_split_is_roughly_half(table):
     holdout = (table["split"] == "holdout").mean()
     assert 0.4 < holdout < 0.6
+
+
+def test_requests_are_those_the_source_quotes(table):
+    # TensorRT-LLM's online table is quoted as 'generated using version 0.14.0, with 500 requests'
+    quoted = table["source"].str.extract(r"with (\d+) requests", expand=False).dropna().astype(float)
+    assert len(quoted) >= 100
+    assert (table.loc[quoted.index, "requests"] == quoted).all()

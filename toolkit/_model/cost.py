@@ -48,11 +48,18 @@ class CostModel:
     attention_score_bytes : float
         Memory traffic per (query, key) pair and head of attention scores materialised outside a
         fused kernel (0: fused), added after the step's roofline.
+    dequant_gemm_tokens : float
+        A step of more than this many tokens converts weight-only formats to a 16-bit copy before its
+        GEMMs (0: never).
+    dequant_weights_bytes, dequant_copy_bytes : float
+        Per GPU, the weight matrices (all but the embeddings) of a weight-only format (0 for 16-bit
+        and fp8 weights), packed and as that 16-bit copy.
     bandwidth_gb_s, tflops, interconnect_gb_s : float
         GPU memory bandwidth, the tensor rate used (fp16 or fp8), per-GPU interconnect.
     allreduce_gb_s : float
-        Bus bandwidth a tensor-parallel all-reduce reaches: ``interconnect_gb_s`` over NVLink-class
-        links, ``allreduce_bw_efficiency_pcie`` of it over PCIe (efficiency.csv).
+        Bus bandwidth a tensor-parallel all-reduce reaches: ``allreduce_bw_efficiency_nvlink`` of
+        ``interconnect_gb_s`` over NVLink-class links, ``allreduce_bw_efficiency_pcie`` of it over
+        PCIe (efficiency.csv).
     weights_bytes, shared_weights_bytes, expert_bytes : float
         Weights per GPU; of which shared (non-expert); one expert's weights over all layers.
     weight_read_efficiency : float
@@ -88,6 +95,9 @@ class CostModel:
     batched_mbu_factor: float
     seq_overhead_us: float
     attention_score_bytes: float
+    dequant_gemm_tokens: float
+    dequant_weights_bytes: float
+    dequant_copy_bytes: float
     bandwidth_gb_s: float
     tflops: float
     interconnect_gb_s: float

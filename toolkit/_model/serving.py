@@ -25,14 +25,18 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
-  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` over ``interconnect_gb_s`` (NVLink) or
-  ``allreduce_bw_efficiency_pcie`` of it (PCIe: NCCL's all-reduce bus bandwidth stays well under the
-  link's peak there).
+  ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` at ``allreduce_bw_efficiency_nvlink``
+  of ``interconnect_gb_s`` (NVLink: NCCL's protocol overhead) or ``allreduce_bw_efficiency_pcie`` of
+  it (PCIe: NCCL's all-reduce bus bandwidth stays well under the link's peak there).
 * ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
   stop checks, scheduling) that grows with the batch.
 * ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
   attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
   traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
+* ``dequant_gemm_tokens`` (0, never, by default): an engine that runs a step of more than that many
+  tokens by first converting weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend,
+  late 2023 to mid 2024) reads the packed weights and writes the copy in kernels of its own, added
+  after the roofline at ``mbu``; its GEMMs then read the copy in place of the packed weights.
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one. A format's ``weight_read_efficiency`` (quantizations.csv; 1 unless set)
   divides its weights' share of the memory read: GGUF block formats are unpacked by dequantizing
@@ -97,6 +101,7 @@ def cost_model(
     batched_mbu_factor: float | None = None,
     seq_overhead_us: float | None = None,
     attention_score_bytes: float | None = None,
+    dequant_gemm_tokens: float | None = None,
     engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
@@ -112,7 +117,7 @@ def cost_model(
     calibration : dict, Series or one-row DataFrame, optional
         Any of ``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
         ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``, ``seq_overhead_us``,
-        ``attention_score_bytes`` replacing the defaults of
+        ``attention_score_bytes``, ``dequant_gemm_tokens`` replacing the defaults of
         ``data/efficiency.csv``.
     mbu, mfu : float, optional
         Decode memory-bandwidth and FLOPs utilisation at one GPU, in (0, 1].
@@ -149,6 +154,11 @@ def cost_model(
         Bytes of attention-score traffic per causal (query, key) pair and head (>= 0) for an engine
         that materialises the scores (0: a fused kernel keeps them on chip); paid after the step's
         roofline, at ``mbu`` of the bandwidth.
+    dequant_gemm_tokens : float, optional
+        Steps of more than this many tokens convert weight-only-format weights (GGUF blocks, int4)
+        to a 16-bit copy before 16-bit GEMMs (>= 0; 0: never, the packed weights are read as they
+        are): the conversion's traffic (packed read, copy written) is paid after the step's
+        roofline at ``mbu``, and the GEMMs read the copy.
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -179,6 +189,7 @@ def cost_model(
             "batched_mbu_factor": batched_mbu_factor,
             "seq_overhead_us": seq_overhead_us,
             "attention_score_bytes": attention_score_bytes,
+            "dequant_gemm_tokens": dequant_gemm_tokens,
         },
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )

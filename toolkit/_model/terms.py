@@ -76,11 +76,12 @@ def tp_factor(nvlink_factor: Any, interconnect_gb_s: Any) -> Any:
 
 
 def allreduce_bandwidth(interconnect_gb_s: Any) -> Any:
-    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: the interconnect's on NVLink-class GPUs
-    (``interconnect_gb_s`` >= ``nvlink_min_gb_s``), ``allreduce_bw_efficiency_pcie`` of it on
-    PCIe-only cards (efficiency.csv)."""
+    """Bus bandwidth (GB/s) of a tensor-parallel all-reduce: ``allreduce_bw_efficiency_nvlink`` of the
+    interconnect on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``),
+    ``allreduce_bw_efficiency_pcie`` of it on PCIe-only cards (efficiency.csv)."""
     nvlink = np.asarray(interconnect_gb_s) >= efficiency_value("nvlink_min_gb_s")
-    return interconnect_gb_s * np.where(nvlink, 1.0, efficiency_value("allreduce_bw_efficiency_pcie"))
+    shares = efficiency_value("allreduce_bw_efficiency_nvlink"), efficiency_value("allreduce_bw_efficiency_pcie")
+    return interconnect_gb_s * np.where(nvlink, *shares)
 
 
 def fp16_rate(gpu: Mapping[str, Any], fp16_accumulate: Any) -> Any:
@@ -133,6 +134,11 @@ def cost_constants(
     """
     model, gpu, quant = specs["model"], specs["gpu"], specs["quant"]
     embed, body, weights, expert = weight_terms(model, quant, tp)
+    # the weight matrices (every parameter but the embeddings) of a weight-only format (GGUF blocks,
+    # int4): packed bytes per GPU, and their 16-bit copy where an engine dequantizes before its GEMMs
+    packed = (quant["compute"] == "fp16") & (quant["bits_per_weight"] < 16)
+    matrices = (model["params_b"] * 1e9 - embed * (2 - model["tied_embeddings"])) / tp * packed
+    value_bytes = efficiency_value("activation_bytes_per_value")
     budget = _budget(
         model,
         gpu,
@@ -157,6 +163,9 @@ def cost_constants(
         "batched_mbu_factor": efficiencies["batched_mbu_factor"],
         "seq_overhead_us": efficiencies["seq_overhead_us"],
         "attention_score_bytes": efficiencies["attention_score_bytes"],
+        "dequant_gemm_tokens": efficiencies["dequant_gemm_tokens"],
+        "dequant_weights_bytes": matrices * quant["bits_per_weight"] / 8,
+        "dequant_copy_bytes": matrices * value_bytes,
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],
         "tflops": np.where((quant["compute"] == "fp8") & (fp8 > 0), fp8, fp16_rate(gpu, fp16_accumulate)),
         "interconnect_gb_s": gpu["interconnect_gb_s"],
@@ -220,6 +229,13 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     if scores:
         # materialised attention scores: written, softmaxed and read back by kernels of their own
         score_bytes = score_bytes * (per_pair / (4 * model["head_dim"]))
+    dequant_at = constants["dequant_gemm_tokens"]
+    dequant = _any(dequant_at) and _any(constants["dequant_weights_bytes"])
+    if dequant:
+        # a step of more than dequant_at tokens converts the packed weights to a 16-bit copy (reading
+        # one, writing the other, in kernels of their own before the GEMMs), then its GEMMs read the copy
+        packed, copy = constants["dequant_weights_bytes"], constants["dequant_copy_bytes"]
+        swap, convert = copy - packed / weight_read_efficiency, packed + copy
     tp = constants["tensor_parallel"]
     tp_array = isinstance(tp, np.ndarray)
     allreduce = bool(tp.max(initial=1) > 1) if tp_array else tp > 1
@@ -255,6 +271,10 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
         overhead_ms = step_overhead + per_seq * n + 0 * tokens
         if scores:
             overhead_ms = overhead_ms + score_bytes * (decode_kv + pairs) / (bandwidth * mbu) * 1e3
+        if dequant:
+            on = (tokens > dequant_at) * (dequant_at > 0)
+            memory_ms = memory_ms + on * swap / (bandwidth * mbu) * 1e3
+            overhead_ms = overhead_ms + on * convert / (bandwidth * mbu) * 1e3
         if allreduce:
             if tp_array:
                 with np.errstate(invalid="ignore"):  # elements without tensor parallel may lack an interconnect

@@ -9,7 +9,10 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
   ``prefill_tok_s`` (pp N) is ``N`` over the prompt's TTFT less the request overhead (llama-bench
   times the engine alone).
 - ``closed`` / ``open``: :func:`toolkit.simulate` at that concurrency or request rate, the row's
-  statistic (mean or median) of TTFT or TPOT, or its output tokens/s. The simulated engine takes
+  statistic (mean or median) of TTFT or TPOT, or its output tokens/s. Where the source states its
+  run's ``requests``, the simulation sends that many and counts every one, as the source's client
+  does (no warm-up: above capacity the queue, and so TTFT, grows with the length of the run); else
+  ``SIM_REQUESTS``, the first 10% left out as warm-up. The simulated engine takes
   steps of the cost model's ``max_num_batched_tokens`` and runs at most the backend's ``max_batch``
   sequences (TensorRT-LLM, without one: as many as a step can decode, and the KV cache holds).
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
@@ -60,18 +63,15 @@ _CONDITIONS = [
     "output_tokens",
     "load_mode",
     "load_level",
+    "requests",
     "statistic",
 ]
-_IDEAL = {
-    "mbu": 1.0,
-    "mfu": 1.0,
-    "step_overhead_ms": 0.0,
-    "request_overhead_ms": 0.0,
-    "tp_mbu_factor": 1.0,
-    "seq_overhead_us": 0.0,
-}
+# the floor: every efficiency at 1, no overheads, no conversion of the weights (the all-reduce at the link's rate)
+_IDEAL = dict.fromkeys(("mbu", "mfu", "tp_mbu_factor"), 1.0) | dict.fromkeys(
+    ("step_overhead_ms", "request_overhead_ms", "seq_overhead_us", "dequant_gemm_tokens"), 0.0
+)
 _LATENCY = {"ttft_ms", "itl_ms", "tpot_ms"}
-# requests simulated per closed- or open-loop row (the first 10% are warm-up)
+# requests simulated per closed- or open-loop row whose source does not state its own (the first 10% are warm-up)
 SIM_REQUESTS = 400
 
 
@@ -152,8 +152,9 @@ def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -
 
 
 @lru_cache(maxsize=256)
-def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float) -> pd.Series:
-    """Summary of one simulated run (cached: a row's TTFT, TPOT and throughput share a run)."""
+def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float, requests: int | None) -> pd.Series:
+    """Summary of one simulated run (cached: a row's TTFT, TPOT and throughput share a run) of the
+    source's ``requests``, all counted, or where None of ``SIM_REQUESTS`` after a 10% warm-up."""
     from toolkit._queueing.simulator import simulate
 
     cm = _cost(setup, False)
@@ -163,24 +164,15 @@ def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float) -> pd.
     # can decode (the KV cache bounds them too), not simulate()'s defaults (256 and 2,048)
     budget = cm.max_num_batched_tokens
     batch = int(min(cm.max_batch, budget))
-    result = simulate(
-        None,
-        None,
-        None,
-        isl,
-        osl,
-        SIM_REQUESTS,
-        cost=cm,
-        progress=False,
-        max_batch=batch,
-        max_num_batched_tokens=budget,
-        **load,
-    )
+    runs = {"num_requests": SIM_REQUESTS} if requests is None else {"num_requests": requests, "warmup_fraction": 0.0}
+    engine = {"cost": cm, "progress": False, "max_batch": batch, "max_num_batched_tokens": budget}
+    result = simulate(None, None, None, isl, osl, **runs, **load, **engine)
     return result.summary.iloc[0]
 
 
 def _loaded(row: pd.Series, isl: float, osl: float) -> float:
-    summary = _simulated(_setup(row), int(isl), int(osl), row["load_mode"], float(row["load_level"]))
+    requests = None if pd.isna(row["requests"]) else int(row["requests"])
+    summary = _simulated(_setup(row), int(isl), int(osl), row["load_mode"], float(row["load_level"]), requests)
     metric = row["metric"]
     if metric == "output_tok_s":
         return float(summary["output_tok_s"])
@@ -227,7 +219,8 @@ def accuracy_against_published(
     Parameters
     ----------
     measurements : pandas.DataFrame, str or Path, optional
-        Rows in the layout of ``data/published_measurements.csv`` (the default), or a CSV path.
+        Rows in the layout of ``data/published_measurements.csv`` (the default), or a CSV path; the
+        ``requests`` column may be left out (every run then simulated with ``SIM_REQUESTS``).
     split : {"dev", "holdout"}, optional
         Keep only that split; default every row.
 
@@ -254,6 +247,8 @@ def accuracy_against_published(
         table = measurements.copy()
     if split is not None:
         table = table[table["split"] == split]
+    if "requests" not in table.columns:  # an optional condition (tables of the layout before it)
+        table = table.assign(requests=math.nan)
     known = {
         "model": set(load_csv("models.csv")["name"]),
         "gpu": set(load_csv("gpus.csv")["name"]),
