@@ -176,7 +176,7 @@ def test_calibrating_with_the_servers_breaks_recovers_its_parameters_and_without
 
 
 def test_the_llama_server_scheduling_is_its_ubatch_and_breaks():
-    assert SCHEDULING == {"max_num_batched_tokens": 512, "prefill_breaks": (4, 516)}
+    assert SCHEDULING == {"max_num_batched_tokens": 512, "prefill_breaks": (4, 516), "prefill_start_breaks": (1,)}
 
 
 @pytest.mark.parametrize("value", ["4", [0], [4.5], None])
@@ -186,3 +186,92 @@ def test_bad_breaks_name_the_argument(value):
             None, None, None, None, None, None, trace=pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4],
             "output_tokens": [2]}), cost=_Flat(), prefill_breaks=value,
         )  # fmt: skip
+
+
+# The start break: llama-server stops filling a prompt where its last user message starts (position
+# 1, after BOS, in a chat of one user message), so a prompt found in no cache runs its first token
+# alone. Chunks seen in the server's debug log (-lv 5) on this project's host, 2026-12-04 22:45
+# (Gemma-3-270M, profile then held-out replay): (prompt tokens, tokens restored from the cache) ->
+# the chunks each ran as.
+LOGGED_CHUNKS = {
+    (384, 0): [1, 379, 4],  # profile prefill cell, nothing cached
+    (768, 0): [1, 251, 512, 4],
+    (128, 1): [123, 4],  # BOS restored from a checkpoint: no start break
+    (204, 0): [1, 199, 4],  # replay
+    (54, 0): [1, 49, 4],
+    (25, 20): [1, 4],  # 20 restored, 5 left: the end breaks alone
+    (50, 1): [45, 4],
+}
+STARTS = (1,)
+
+
+@pytest.mark.parametrize(("prompt", "cached"), sorted(LOGGED_CHUNKS))
+def test_the_engine_and_the_calibration_cut_prompts_as_the_servers_log_shows(prompt, cached):
+    expected = LOGGED_CHUNKS[(prompt, cached)]
+    before = list(np.cumsum([0, *expected[:-1]]))
+    cost = _Recording()
+    trace = pd.DataFrame(
+        {"arrival_s": [0.0], "prompt_tokens": [prompt], "cached_tokens": [cached], "output_tokens": [1]}
+    )
+    tk.simulate(
+        None, None, None, None, None, None, trace=trace, cost=cost, max_batch=8, max_num_batched_tokens=512,
+        warmup_fraction=0.0, prefill_breaks=BREAKS, prefill_start_breaks=STARTS,
+    )  # fmt: skip
+    # each step attends to the cached tokens and the chunks before it
+    assert cost.prefills == [(c, cached + d) for c, d in zip(expected, before, strict=True)]
+    got = prefill_chunks(np.array([prompt - cached + 0.0]), BREAKS, 512, np.array([cached + 0.0]), STARTS)
+    assert [(c[0], d[0]) for c, d in got if c[0] > 0] == list(zip(expected, before, strict=True))
+
+
+class _PerToken(_Flat):
+    """A step takes 10 ms plus 1 ms per prompt token it prefills."""
+
+    def step_ms(self, n, kv, p, c):
+        return STEP_MS + np.asarray(p, dtype=float) + 0 * np.asarray(kv, dtype=float)
+
+
+def _two(cached: int, starts) -> pd.DataFrame:
+    trace = pd.DataFrame(
+        {"arrival_s": [0.0, 0.005], "prompt_tokens": [105, 55], "cached_tokens": [cached] * 2, "output_tokens": [2, 2]}
+    )
+    return tk.simulate(
+        None, None, None, None, None, None, trace=trace, cost=_PerToken(), max_batch=8, max_num_batched_tokens=512,
+        warmup_fraction=0.0, prefill_breaks=BREAKS, prefill_start_breaks=starts,
+    ).requests  # fmt: skip
+
+
+def test_a_start_break_puts_a_new_prompts_bulk_beside_the_first_prompts_and_its_last_tokens_beside_little():
+    # By hand, nothing cached, A (105 tokens) at 0 and B (55 tokens) at 5 ms, 2 output tokens each:
+    # step 1, 0-11 ms: A's BOS (1 token); step 2, 11-122: A's 100 (up to its last 4) and B's BOS;
+    # step 3, 122-186: A's last 4 and B's 50 (A's first token); step 4, 186-200: A's decode and B's
+    # last 4 (A done, B's first token); step 5, 200-210: B's decode.
+    a, b = _two(0, STARTS).itertuples()
+    assert (a.ttft_s * 1e3, a.e2e_s * 1e3) == pytest.approx((186.0, 200.0))
+    assert (b.ttft_s * 1e3, b.e2e_s * 1e3) == pytest.approx((195.0, 205.0))
+    # Without the start break: step 1, 0-111: A's 101; step 2, 111-176: A's last 4 and B's 51;
+    # step 3, 176-190: A's decode and B's last 4; step 4, 190-200: B's decode.
+    a, b = _two(0, ()).itertuples()
+    assert (a.ttft_s * 1e3, a.e2e_s * 1e3) == pytest.approx((176.0, 190.0))
+    assert (b.ttft_s * 1e3, b.e2e_s * 1e3) == pytest.approx((185.0, 195.0))
+    # BOS found in the cache: the prefills start past position 1, so the start break cuts nothing:
+    # step 1, 0-110: A's 100; step 2, 110-174: A's last 4 and B's 50; step 3, 174-188; step 4, 188-198
+    a, b = _two(1, STARTS).itertuples()
+    assert (a.ttft_s * 1e3, a.e2e_s * 1e3) == pytest.approx((174.0, 188.0))
+    assert (b.ttft_s * 1e3, b.e2e_s * 1e3) == pytest.approx((183.0, 193.0))
+
+
+@pytest.mark.parametrize("cached", [[-1], [4], [1.5]])
+def test_bad_cached_tokens_name_the_column(cached):
+    trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4], "cached_tokens": cached, "output_tokens": [2]})
+    with pytest.raises(ValueError, match="cached_tokens"):
+        tk.simulate(None, None, None, None, None, None, trace=trace, cost=_Flat())
+
+
+@pytest.mark.parametrize("value", ["1", [0], None])
+def test_bad_start_breaks_name_the_argument(value):
+    trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4], "output_tokens": [2]})
+    with pytest.raises(ValueError, match="prefill_start_breaks"):
+        tk.simulate(None, None, None, None, None, None, trace=trace, cost=_Flat(), prefill_start_breaks=value)
+    with pytest.raises(ValueError, match="prefill_start_breaks"):
+        tk.calibrate(_profile(tk.cost_model("Gemma-3-270M", HOST, "q4_k_m"), BREAKS), "Gemma-3-270M", HOST,
+                     "q4_k_m", prefill_start_breaks=value)  # fmt: skip

@@ -45,7 +45,10 @@ def _calibration(frame, host) -> tuple[object, dict]:
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep.llama_server import SCHEDULING
 
-    row = tk.calibrate(frame, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
+    row = tk.calibrate(
+        frame, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"],
+        prefill_start_breaks=SCHEDULING["prefill_start_breaks"],
+    )  # fmt: skip
     first = row.iloc[0]
     summary = {n: {"value": round(float(first[n]), 4), "se": round(float(first[f"{n}_se"]), 4)} for n in PARAMETERS}
     return row, {"parameters": summary, "held": str(first["held"])}

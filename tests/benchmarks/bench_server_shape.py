@@ -90,7 +90,10 @@ def _replays(server, host) -> list[dict]:
     from toolkit._validation.trust import replay_accuracy
 
     profiled = tk.profile(server=server, progress=False)
-    calibration = tk.calibrate(profiled, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
+    calibration = tk.calibrate(
+        profiled, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"],
+        prefill_start_breaks=SCHEDULING["prefill_start_breaks"],
+    )  # fmt: skip
     cm = tk.cost_model(MODEL, host, QUANT, calibration=calibration)
     out = []
     for time_scale in REPLAY_TIME_SCALES:

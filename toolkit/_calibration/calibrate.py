@@ -47,6 +47,7 @@ def calibrate(
     fit: Sequence[str] | None = None,
     bounds: Mapping[str, tuple[float, float]] | None = None,
     prefill_breaks: Sequence[int] = (),
+    prefill_start_breaks: Sequence[int] = (),
 ) -> pd.DataFrame:
     """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
 
@@ -90,6 +91,11 @@ def calibrate(
         a TTFT is then predicted as the steps that prefill the prompt's chunks, as the server runs
         them (llama-server on a sliding-window model: ``toolkit._sweep.llama_server.SCHEDULING``).
         Empty (default): one step per prompt.
+    prefill_start_breaks : sequence of int
+        The server's breaks at positions from a prompt's start, counting its cached tokens, as in
+        :func:`toolkit.simulate` (llama-server with context checkpoints: the start of the last user
+        message, ``SCHEDULING``); each observation's own ``cached_tokens`` say whether its prefill
+        crosses one.
 
     Returns
     -------
@@ -121,6 +127,7 @@ def calibrate(
         limits[name] = (low, high)
     tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
     breaks = check_breaks(prefill_breaks)
+    starts = check_breaks(prefill_start_breaks, "prefill_start_breaks")
     obs = observations(lanes_or_levels)
 
     base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)
@@ -132,7 +139,7 @@ def calibrate(
     def build(**params):
         return cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, **params)
 
-    result, held = _identified_fit(obs, build, defaults, fit, limits, breaks)
+    result, held = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
     row: dict[str, object] = dict(result.get("params", defaults))
     row.update({f"{name}_se": result["se"].get(name, np.nan) for name in _fit.PARAMETERS})
     row["residual_rms"] = result["rms"]
@@ -147,6 +154,7 @@ def calibrate(
     row["condition_number"] = result["condition_number"]
     row["max_abs_correlation"] = result["max_abs_correlation"]
     row["prefill_breaks"] = ",".join(map(str, breaks))
+    row["prefill_start_breaks"] = ",".join(map(str, starts))
     row.update(
         {
             "model": base.model["name"],
@@ -159,7 +167,9 @@ def calibrate(
     return pd.DataFrame([row])
 
 
-def _identified_fit(obs, build, defaults, fit, limits, breaks=()) -> tuple[dict[str, object], dict[str, str]]:
+def _identified_fit(
+    obs, build, defaults, fit, limits, breaks=(), starts=()
+) -> tuple[dict[str, object], dict[str, str]]:
     """Fit, then hold at its default every parameter the data do not identify, one at a time.
 
     A parameter is identified when its standard error is at most ``MAX_RELATIVE_SE`` of its value.
@@ -169,7 +179,7 @@ def _identified_fit(obs, build, defaults, fit, limits, breaks=()) -> tuple[dict[
     """
     names, held = list(fit), {}
     while names:
-        result = _fit.fit(obs, build, defaults, names, limits, breaks)
+        result = _fit.fit(obs, build, defaults, names, limits, breaks, starts)
         rel = {n: result["se"][n] / abs(result["params"][n]) if result["params"][n] else np.inf for n in names}
         loose = {n: r for n, r in rel.items() if not result["constrained"][n] or r > _fit.MAX_RELATIVE_SE}
         if not loose:
@@ -185,7 +195,7 @@ def _identified_fit(obs, build, defaults, fit, limits, breaks=()) -> tuple[dict[
             why = f"its standard error is {rel[worst]:.0%} of its value"
         held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
         names.remove(worst)
-    return {**_fit.residuals_at(obs, build(**defaults), breaks), "params": dict(defaults)}, held
+    return {**_fit.residuals_at(obs, build(**defaults), breaks, starts), "params": dict(defaults)}, held
 
 
 def accuracy(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

@@ -59,12 +59,15 @@ BOUNDS = {
 _START_FRACTIONS = (0.05, 0.5)
 
 
-def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] = ()) -> np.ndarray:
+def predict_ms(
+    cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] = (), prefill_starts: Sequence[int] = ()
+) -> np.ndarray:
     """The cost model's prediction (ms) of every observation from :func:`observations`.
 
-    With ``prefill_breaks`` (offsets from a prompt's end, as in :func:`toolkit.simulate`) a prompt is
-    prefilled in one step per chunk between the breaks, as llama-server does on a sliding-window
-    model: its TTFT is the sum of those steps, each one also decoding the sequences already running.
+    With ``prefill_breaks`` (offsets from a prompt's end) or ``prefill_starts`` (positions from its
+    start, counting its cached tokens), as in :func:`toolkit.simulate`, a prompt is prefilled in one
+    step per chunk between the breaks, as llama-server does on a sliding-window model: its TTFT is
+    the sum of those steps, each one also decoding the sequences already running.
     """
     b = obs["batch"].to_numpy()
     context = obs["context_tokens"].to_numpy()
@@ -73,11 +76,12 @@ def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] =
     m = obs["decoding"].to_numpy()
     tpot = cm.step_ms(b, b * context)
     wait = np.minimum(m, 1.0) * 0.5 * cm.step_ms(m, m * context)
-    if prefill_breaks:
+    if prefill_breaks or prefill_starts:
         own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
         together = wave / own  # prompts of the wave, each cut at the same breaks
         prefill = np.zeros(len(obs))
-        for chunk, done in prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens):
+        chunks = prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens, cached, prefill_starts)
+        for chunk, done in chunks:
             step = cm.step_ms(m, m * context, chunk * together, cached + done)
             prefill = prefill + np.where(chunk > 0, step, 0.0)
     else:
@@ -87,22 +91,31 @@ def predict_ms(cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] =
 
 
 def prefill_chunks(
-    tokens: np.ndarray, prefill_breaks: Sequence[int], max_num_batched_tokens: int
+    tokens: np.ndarray,
+    prefill_breaks: Sequence[int],
+    max_num_batched_tokens: int,
+    cached: np.ndarray | None = None,
+    prefill_starts: Sequence[int] = (),
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The chunks a lone prompt of ``tokens`` tokens is prefilled in, one step each, as the simulator's
-    engine cuts it (:func:`toolkit._queueing.chunking.prefill_chunk`: at most the step's token budget,
-    ended at the first of ``prefill_breaks`` it would cross): (chunk, tokens before it) per step,
-    first step first; a chunk is 0 where that prompt needs fewer steps."""
-    sizes, which = np.unique(np.asarray(tokens, dtype=float), return_inverse=True)
+    """The chunks a lone prompt of ``tokens`` uncached tokens after ``cached`` cached ones (default
+    none) is prefilled in, one step each, as the simulator's engine cuts it
+    (:func:`toolkit._queueing.chunking.prefill_chunk`: at most the step's token budget, ended at the
+    first of ``prefill_breaks`` or ``prefill_starts`` it would cross): (chunk, uncached tokens before
+    it) per step, first step first; a chunk is 0 where that prompt needs fewer steps."""
+    tokens = np.asarray(tokens, dtype=float)
+    cached = np.zeros_like(tokens) if cached is None else np.broadcast_to(np.asarray(cached, dtype=float), tokens.shape)
+    pairs, which = np.unique(np.stack([tokens, cached], axis=1), axis=0, return_inverse=True)
+    which = np.ravel(which)
     breaks = tuple(sorted(set(prefill_breaks), reverse=True))
-    steps = []  # per distinct size, its chunks
-    for size in sizes:
+    starts = tuple(sorted(set(prefill_starts)))
+    steps = []  # per distinct (size, cached), its chunks
+    for size, before in pairs:
         chunks, left = [], float(size)
         while left > 0:
-            chunks.append(prefill_chunk(left, max_num_batched_tokens, breaks))
+            chunks.append(prefill_chunk(left, max_num_batched_tokens, breaks, before + size - left, starts))
             left -= chunks[-1]
         steps.append(chunks)
-    table = np.zeros((len(sizes), max(map(len, steps), default=0)))
+    table = np.zeros((len(pairs), max(map(len, steps), default=0)))
     for row, chunks in zip(table, steps, strict=True):
         row[: len(chunks)] = chunks
     done = np.cumsum(table, axis=1) - table
@@ -116,6 +129,7 @@ def fit(
     names: Sequence[str],
     bounds: Mapping[str, tuple[float, float]],
     prefill_breaks: Sequence[int] = (),
+    prefill_starts: Sequence[int] = (),
 ) -> dict[str, object]:
     """Bounded least squares of the relative residuals ``(predicted - measured) / measured``.
 
@@ -132,7 +146,7 @@ def fit(
         return {**defaults, **dict(zip(names, map(float, x)))}
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return predict_ms(build(**params_of(x)), obs, prefill_breaks) / measured - 1.0
+        return predict_ms(build(**params_of(x)), obs, prefill_breaks, prefill_starts) / measured - 1.0
 
     best = None
     for x0 in _starts(defaults, names, low, high):
@@ -180,9 +194,11 @@ def _starts(defaults: Mapping[str, float], names: Sequence[str], low: np.ndarray
             yield np.clip(x0, low, high)
 
 
-def residuals_at(obs: pd.DataFrame, model: CostModel, prefill_breaks: Sequence[int] = ()) -> dict[str, object]:
+def residuals_at(
+    obs: pd.DataFrame, model: CostModel, prefill_breaks: Sequence[int] = (), prefill_starts: Sequence[int] = ()
+) -> dict[str, object]:
     """The fit's summary when nothing is fitted: relative residuals of ``model`` as it is."""
-    resid = predict_ms(model, obs, prefill_breaks) / obs["measured_ms"].to_numpy() - 1.0
+    resid = predict_ms(model, obs, prefill_breaks, prefill_starts) / obs["measured_ms"].to_numpy() - 1.0
     kinds = obs["kind"].to_numpy()
     return {
         "se": {},

@@ -9,7 +9,9 @@ from __future__ import annotations
 __all__: list[str] = []
 
 
-def prefill_chunk(left: float, room: float, breaks: tuple[int, ...]) -> float:
+def prefill_chunk(
+    left: float, room: float, breaks: tuple[int, ...], done: float = 0, starts: tuple[int, ...] = ()
+) -> float:
     """Prompt tokens one step prefills of a prompt with ``left`` tokens still to prefill.
 
     Parameters
@@ -22,14 +24,27 @@ def prefill_chunk(left: float, room: float, breaks: tuple[int, ...]) -> float:
     breaks : tuple of int
         Offsets from the prompt's end at which a chunk ends, in descending order (``prefill_breaks``
         of :func:`toolkit.simulate`).
+    done : int or float
+        Prompt tokens before this chunk: prefilled already or found in the cache (>= 0).
+    starts : tuple of int
+        Positions from the prompt's start at which a chunk ends, in ascending order
+        (``prefill_start_breaks`` of :func:`toolkit.simulate`).
 
     Returns
     -------
     int or float
-        ``min(left, room)``, and at most ``left - b`` for the largest break ``b`` below ``left``.
+        ``min(left, room)``, at most ``left - b`` for the largest break ``b`` below ``left``, and at
+        most ``s - done`` for the first start break ``s`` after ``done``.
     """
     chunk = left if left < room else room
     for b in breaks:
         if b < left:
-            return chunk if chunk < left - b else left - b
+            if left - b < chunk:
+                chunk = left - b
+            break
+    for s in starts:
+        if s > done:
+            if s - done < chunk:
+                chunk = s - done
+            break
     return chunk

@@ -117,11 +117,16 @@ class _Engine:
         arrival,
         closed_loop,
         prefill_breaks=(),
+        cached=None,
+        prefill_starts=(),
     ):
         self.clock = clock
         # offsets from a prompt's end at which the engine ends a prefill chunk (llama-server on a
         # sliding-window model: the last 4 and the last 4 + n_ubatch tokens go in steps of their own)
         self.breaks = tuple(sorted(prefill_breaks, reverse=True))
+        # positions from a prompt's start at which the engine ends a prefill chunk (llama-server: the
+        # start of the last user message, right after BOS in a one-message chat prompt)
+        self.starts = tuple(sorted(prefill_starts))
         self.budget = kv_budget
         self.slack = slack
         self.max_batch = max_batch
@@ -132,6 +137,8 @@ class _Engine:
         self.n = n
         self.prompt = np.ascontiguousarray(prompt, dtype=np.int64)
         self.output = np.ascontiguousarray(output, dtype=np.int64)
+        # prompt tokens found in the cache: held in KV, attended to, never prefilled
+        self.cached = np.zeros(n, dtype=np.int64) if cached is None else np.ascontiguousarray(cached, dtype=np.int64)
         self.arrival = np.full(n, np.nan) if arrival is None else np.ascontiguousarray(arrival, dtype=float)
         self.admit_t = np.full(n, np.nan)
         self.first_t = np.full(n, np.nan)
@@ -147,6 +154,7 @@ class _Engine:
             for name in (
                 "prompt",
                 "output",
+                "cached",
                 "arrival",
                 "admit_t",
                 "first_t",
@@ -257,8 +265,8 @@ class _Engine:
         each event goes through the heap.)
         """
         v = self._views
-        prompt, output, arrival, admit_t, first_t, finish_t = (
-            v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t")
+        prompt, output, arrival, admit_t, first_t, finish_t, cached = (
+            v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t", "cached")
         )
         replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
         events, reps, clock = self.events, self.reps, self.clock
@@ -266,7 +274,8 @@ class _Engine:
         heappush, heappop = heapq.heappush, heapq.heappop
         overhead, budget, slack, max_batch = self.overhead_s, self.budget, self.slack, self.max_batch
         token_budget, run_cap, closed = self.token_budget, self.run_cap, self.closed_loop
-        breaks = self.breaks
+        breaks, starts = self.breaks, self.starts
+        cut = bool(breaks or starts)
         shared = self.routing == "shared_queue"
         round_robin, next_rr, n_reps = self.routing == "round_robin", 0, len(reps)
         # per replica: requests waiting plus running (with a queue per replica, they change only as
@@ -425,7 +434,10 @@ class _Engine:
                 if room <= 0:
                     break
                 # prefill_chunk's rule, written out where there are no breaks (a call per chunk costs)
-                chunk = prefill_chunk(entry[1], room, breaks) if breaks else entry[1] if entry[1] < room else room
+                if cut:
+                    chunk = prefill_chunk(entry[1], room, breaks, entry[2], starts)
+                else:
+                    chunk = entry[1] if entry[1] < room else room
                 entry[3] = chunk
                 chunked += 1
                 p_tokens += chunk
@@ -443,10 +455,13 @@ class _Engine:
                 if admit_t[rid] != admit_t[rid]:  # NaN: first admission
                     admit_t[rid] = now
                 replica_of[rid] = index
-                chunk = prefill_chunk(need, room, breaks) if breaks else need if need < room else room
-                prefill.append([rid, need, 0, chunk])
+                done = cached[rid]
+                left = need - done
+                chunk = prefill_chunk(left, room, breaks, done, starts) if cut else left if left < room else room
+                prefill.append([rid, left, done, chunk])
                 chunked += 1
                 p_tokens += chunk
+                p_context += done
                 room -= chunk
             r.chunked = chunked
             r.t_start = now

@@ -41,7 +41,7 @@ from toolkit._model.serving import cost_model
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.engine import _Clock, _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
-from toolkit._queueing.workload import _draw_tokens, _load
+from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load
 
 __all__ = ["simulate"]
 
@@ -58,11 +58,11 @@ LONG_REQUESTS = 200_000
 CLOSED_LOOP_OUTPUT_CV = 0.05
 
 
-def check_breaks(prefill_breaks: object) -> tuple[int, ...]:
-    """``prefill_breaks`` as a tuple of distinct ints >= 1 (ValueError naming the argument)."""
+def check_breaks(prefill_breaks: object, name: str = "prefill_breaks") -> tuple[int, ...]:
+    """``prefill_breaks`` as a tuple of distinct ints >= 1 (ValueError naming the argument ``name``)."""
     if isinstance(prefill_breaks, (str, bytes)) or not isinstance(prefill_breaks, Sequence):
-        raise ValueError(f"prefill_breaks must be a sequence of integers >= 1, got {prefill_breaks!r}")
-    return tuple(sorted({check_int("prefill_breaks", b, low=1, high=MAX_TOKENS) for b in prefill_breaks}))
+        raise ValueError(f"{name} must be a sequence of integers >= 1, got {prefill_breaks!r}")
+    return tuple(sorted({check_int(name, b, low=1, high=MAX_TOKENS) for b in prefill_breaks}))
 
 
 def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
@@ -109,6 +109,7 @@ def simulate(
     progress: bool | None = None,
     output_cv: float | None = None,
     prefill_breaks: Sequence[int] = (),
+    prefill_start_breaks: Sequence[int] = (),
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -156,7 +157,10 @@ def simulate(
         ``arrivals="gamma"``.
     trace : pandas.DataFrame, optional
         Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``,
-        ``output_tokens`` (integers, 1 to 10**9); one request per row.
+        ``output_tokens`` (integers, 1 to 10**9); one request per row. An optional
+        ``cached_tokens`` column (0 to ``prompt_tokens - 1``) gives the prompt tokens the server
+        finds in its cache: they hold KV and are attended to but never prefilled (a preempted
+        request finds them again).
     routing : {"round_robin", "least_loaded", "shared_queue"}
         How requests reach replicas: in turn; to the replica with the fewest requests waiting plus
         running; or held in one central FIFO queue and taken by the first replica with room (c
@@ -192,6 +196,13 @@ def simulate(
         vLLM does. llama-server on a sliding-window model (Gemma 3) prefills the last 4 and the last
         4 + ``n_ubatch`` tokens of a prompt in steps of their own, to checkpoint the state before
         them (``toolkit._sweep.llama_server.SCHEDULING``).
+    prefill_start_breaks : sequence of int
+        Positions from a prompt's start at which the engine ends a prefill chunk (each >= 1): a
+        chunk that starts before position ``s`` ends there. Positions count a trace's
+        ``cached_tokens``, so a prompt found in the cache past ``s`` is not cut. Empty (default):
+        none. llama-server with context checkpoints stops a prompt's chunk at the start of its last
+        user message, position 1 (after BOS) in a chat of one user message
+        (``toolkit._sweep.llama_server.SCHEDULING``).
 
     Returns
     -------
@@ -236,6 +247,8 @@ def simulate(
         warmup_fraction = 0.0 if all_at_once else 0.1
     warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     breaks = check_breaks(prefill_breaks)
+    starts = check_breaks(prefill_start_breaks, "prefill_start_breaks")
+    cached = _cached_tokens(trace, prompt)
     cm = _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget)
     kv_budget = int(cm.kv_budget_tokens)
     slack = max(int(getattr(cm, "kv_block_tokens", 1)) - 1, 0)
@@ -255,6 +268,7 @@ def simulate(
     # requests are numbered in sending order, so warm-up is simply the first ones
     if order is not None:
         arrival, prompt, output = arrival[order], prompt[order], output[order]
+        cached = None if cached is None else cached[order]
     engine = _Engine(
         _Clock(cm, kv_budget),
         kv_budget,
@@ -269,6 +283,8 @@ def simulate(
         arrival,
         closed_loop=arrival is None,
         prefill_breaks=breaks,
+        cached=cached,
+        prefill_starts=starts,
     )
     n_warm = int(warm * n)
     engine.window_request = n_warm
@@ -297,5 +313,6 @@ def simulate(
         "warmup_fraction": warm,
         "output_cv": spread,
         "prefill_breaks": breaks,
+        "prefill_start_breaks": starts,
     }
     return SimulationResult(requests, pd.DataFrame([summary]), config)

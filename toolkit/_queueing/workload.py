@@ -69,6 +69,16 @@ def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arrival, tokens[0], tokens[1]
 
 
+def _cached_tokens(trace: pd.DataFrame | None, prompt: np.ndarray) -> np.ndarray | None:
+    """A trace's ``cached_tokens`` (0 to ``prompt_tokens - 1`` each), or None without that column."""
+    if trace is None or "cached_tokens" not in trace.columns:
+        return None
+    cached = trace["cached_tokens"].to_numpy(dtype=float)
+    if not (np.all(cached == np.round(cached)) and np.all(cached >= 0) and np.all(cached < prompt)):
+        raise ValueError("trace cached_tokens must all be integers from 0 to prompt_tokens - 1")
+    return cached.astype(np.int64)
+
+
 def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace):
     """Arrival times (None for a closed loop) and token counts, validated."""
     given = [x is not None for x in (arrival_rate, concurrency, trace)]

@@ -144,10 +144,12 @@ def held_out_time_scale(profiled: pd.DataFrame, host: pd.DataFrame) -> tuple[flo
     from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._workload.traces import load_trace
 
-    fitted = calibrate(profiled, MODEL, host, QUANT, prefill_breaks=SCHEDULING["prefill_breaks"])
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    fitted = calibrate(profiled, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
     base = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
-    base["prompt_tokens"] = base["prompt_tokens"].clip(lower=TEMPLATE_TOKENS) - 1
+    base["prompt_tokens"] = base["prompt_tokens"].clip(lower=TEMPLATE_TOKENS)
+    base["cached_tokens"] = 1
     load = 1.0
     for scale in _TIME_SCALES:
         trace = base.assign(arrival_s=base["arrival_s"] * scale)

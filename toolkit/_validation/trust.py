@@ -113,17 +113,22 @@ def trust_check(
     max_batch: int,
     max_num_batched_tokens: int = 2048,
     prefill_breaks: tuple[int, ...] = (),
+    prefill_start_breaks: tuple[int, ...] = (),
     refused: str = "",
 ) -> TrustCheck:
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring).
 
-    ``max_num_batched_tokens`` and ``prefill_breaks`` describe how the server schedules a step (as in
-    :func:`toolkit.simulate`); the calibration, the sweep's and the replay's predictions all use them.
+    ``max_num_batched_tokens``, ``prefill_breaks`` and ``prefill_start_breaks`` describe how the
+    server schedules a step (as in :func:`toolkit.simulate`); the calibration, the sweep's and the
+    replay's predictions use them, the sweep's all but ``prefill_start_breaks``
+    (:func:`toolkit._calibration.predict.predict_sweep` simulates the uncached tokens of a lane's
+    prompt without their position in it).
     """
     if refused:
         return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused)
-    fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks)
-    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks)
+    starts = {"prefill_start_breaks": prefill_start_breaks}
+    fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
+    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks, **starts)
     run = _Recorded(sweep_lanes, sweep_levels)
     scheduling = {"max_num_batched_tokens": max_num_batched_tokens, "prefill_breaks": prefill_breaks}
     tables = []
@@ -137,7 +142,7 @@ def trust_check(
     replay, replay_err = None, np.nan
     if replay_requests is not None:
         cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
-        replay = replay_accuracy(replay_requests, cm, max_batch=max_batch, **scheduling)
+        replay = replay_accuracy(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
         latency = replay[replay["metric"].isin(REPLAY_METRICS)]
         replay_err = float(latency["rel_err"].abs().median())
     sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err)
@@ -152,6 +157,7 @@ def cell_fit(
     gpu: object,
     quant: object,
     prefill_breaks: tuple[int, ...] = (),
+    prefill_start_breaks: tuple[int, ...] = (),
 ) -> pd.DataFrame:
     """How a calibration reproduces the profile cells it was fitted to, one row per cell.
 
@@ -169,7 +175,7 @@ def cell_fit(
     """
     obs = observations(profile)
     cm = cost_model(model, gpu, quant, calibration=calibration)
-    obs = obs.assign(fitted_ms=predict_ms(cm, obs, prefill_breaks))
+    obs = obs.assign(fitted_ms=predict_ms(cm, obs, prefill_breaks, prefill_start_breaks))
     keys = ["cell", "batch", "prompt_tokens_target", "kind"]
     cells = obs.groupby(keys, sort=False)[["measured_ms", "fitted_ms"]].median().reset_index()
     cells = cells.rename(columns={"prompt_tokens_target": "prompt_tokens", "kind": "measures"})
@@ -184,21 +190,28 @@ def replay_accuracy(
     max_batch: int,
     max_num_batched_tokens: int = 2048,
     prefill_breaks: tuple[int, ...] = (),
+    prefill_start_breaks: tuple[int, ...] = (),
 ) -> pd.DataFrame:
-    """Simulate a replay's successful requests as the server saw them and compare percentiles."""
+    """Simulate a replay's successful requests as the server saw them and compare percentiles.
+
+    Each request is simulated with the prompt tokens the server counted and the ones it found
+    cached (``cached_tokens``: held and attended to, never prefilled, and where its prefill starts).
+    """
     ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
-    cached = ok["cached_tokens"].fillna(0.0).clip(lower=0)
+    prompt = np.maximum(ok["prompt_tokens"].round(), 1).astype(int)
+    cached = np.minimum(ok["cached_tokens"].fillna(0.0).clip(lower=0).round(), prompt - 1).astype(int)
     trace = pd.DataFrame(
         {
             "arrival_s": ok["sent_s"].to_numpy(float) - float(ok["sent_s"].min()),
-            "prompt_tokens": np.maximum(np.round(ok["prompt_tokens"] - cached), 1).astype(int),
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
             "output_tokens": np.maximum(ok["output_tokens"].round(), 1).astype(int),
         }
     )
     result = simulate(
         None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
         max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
-        prefill_breaks=prefill_breaks,
+        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
     )  # fmt: skip
     sim = result.requests
     predicted = {"ttft_ms": sim["ttft_s"] * 1e3, "tpot_ms": sim["tpot_s"] * 1e3, "e2e_ms": sim["e2e_s"] * 1e3}
