@@ -27,18 +27,22 @@ class _Evaluator:
         self.slos = slos
         self.iterations = iterations
         self.long_output = output_tokens * length_quantile(cs2, percentile)
-        self._row_start = grid.cfg * grid.step_table.shape[1]  # per candidate: its row in _flat
+        self._row_start = grid.cfg * grid.step_table.shape[1]  # per unit: its row's flat position ...
+        self._row_end = self._row_start + grid.batch  # ... and its batch's there
+        self._at_batch = self._bracket(np.arange(grid.batch.size), grid.batch.astype(float))
 
     def _step(self, idx: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Decode step (ms) at a fractional batch, linear between the tabulated whole batches."""
-        return self._interpolate(self._row_start[idx], self.g.batch[idx], n)
+        lo = np.floor(n)
+        low, rise = self._bracket(idx, lo)
+        return low + (n - lo) * rise
 
-    def _interpolate(self, row_start: np.ndarray, cap: np.ndarray, n: np.ndarray) -> np.ndarray:
-        lo = np.floor(n).astype(int)
-        at = row_start + lo
-        both = self.g.steps(np.concatenate((at, row_start + np.minimum(lo + 1, cap))))
-        below = both[: at.size]
-        return below + (n - lo) * (both[at.size :] - below)
+    def _bracket(self, idx: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the decode step at the whole batch ``lo``, its rise to ``lo + 1``, 0 at the unit's batch)."""
+        at = self._row_start[idx] + lo.astype(np.intp)
+        both = self.g.steps(np.concatenate((at, np.minimum(at + 1, self._row_end[idx]))))
+        low = both[: at.size]
+        return low, both[at.size :] - low
 
     def latency(self, idx: np.ndarray, replicas: np.ndarray, *, iterations: int | None = None) -> dict[str, np.ndarray]:
         g, cfg = self.g, self.g.cfg[idx]
@@ -47,8 +51,10 @@ class _Evaluator:
         paused = np.where(c > 1, lam * g.prefill_ms[cfg] / 1e3, 0.0)  # share of time prefilling others
         stretch = np.where(paused < 1, 1.0 / np.maximum(1.0 - paused, 1e-300), np.inf)
         first = g.ttft_ms[cfg]
-        n = self._implied_batch(idx, c, lam, first, stretch, self.iterations if iterations is None else iterations)
-        tpot = self._step(idx, n) * stretch
+        n, lo, low, rise = self._implied_batch(
+            idx, c, lam, first, stretch, self.iterations if iterations is None else iterations
+        )
+        tpot = (low + (n - lo) * rise) * stretch  # the decode step at n (_step)
         service_s = (first + self.output * tpot) / 1e3
         utilization = lam * service_s / c
         return {
@@ -61,29 +67,54 @@ class _Evaluator:
             "stable": np.isfinite(service_s) & (utilization < 1.0),
         }
 
-    def _implied_batch(self, idx, c, lam, first, stretch, iterations: int) -> np.ndarray:
-        """``iterations`` steps of n <- min(c, 1 + lambda_r x S(n)) from n = c. An element whose iterate
-        repeats exactly is at its fixed point and would only repeat it, so it leaves the loop: the
-        same result as iterating every element the full count."""
-        n = c.copy()
-        live = np.arange(idx.size)
-        x_n, x_c, x_lam, x_first, x_stretch = n.copy(), c, lam, first, stretch
-        x_start, x_cap = self._row_start[idx], self.g.batch[idx]
+    def _implied_batch(self, idx, c, lam, first, stretch, iterations: int) -> tuple[np.ndarray, ...]:
+        """``iterations`` steps of n <- min(c, 1 + lambda_r x S(n)) from n = c: (n, and its step bracket
+        as :meth:`_bracket` gives it: the whole batch below n, the step there, the rise to the next).
+        An element whose iterate repeats exactly is at its fixed point and would only repeat it, so it
+        may leave the loop: the same result as iterating every element the full count. They leave in
+        bulk, once a quarter of those left are done (each leaving gathers every per-element input
+        anew). The step table is read only where an iterate crosses to another whole batch: most
+        iterates after the first few refine the fraction between the same two."""
+        low, rise = (at.take(idx) for at in self._at_batch)
+        if not iterations:
+            return c, c, low, rise
+        out = tuple(np.empty(idx.size) for _ in range(4))
+        # the elements still iterated: their positions, iterates and brackets, and inputs
+        position, x_n, x_lo, x_low, x_rise = np.arange(idx.size), c, c, low, rise
+        inputs = (c, lam, first, stretch, idx)
         for _ in range(iterations):
-            service_s = (x_first + self.output * self._interpolate(x_start, x_cap, x_n) * x_stretch) / 1e3
-            new = np.minimum(x_c, 1.0 + x_lam * service_s)
-            moved = new != x_n
-            x_n = new
-            if moved.all():
+            x_c, x_lam, x_first, x_stretch, x_idx = inputs
+            # 1 + lambda_r x (ttft + output x tpot(n) x stretch) / 1e3, in place, in that order of operations
+            new = x_n - x_lo
+            new *= x_rise
+            new += x_low
+            new *= self.output
+            new *= x_stretch
+            new += x_first
+            new /= 1e3
+            new *= x_lam
+            new += 1.0
+            np.minimum(x_c, new, out=new)
+            moving = new != x_n
+            x_n, lo = new, np.floor(new)
+            crossed = np.flatnonzero(lo != x_lo)
+            x_lo = lo
+            if crossed.size:
+                x_low[crossed], x_rise[crossed] = self._bracket(x_idx[crossed], lo[crossed])
+            left = np.count_nonzero(moving)
+            if left > 0.75 * moving.size:
                 continue
-            n[live] = x_n
-            live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap = (
-                v[moved] for v in (live, x_n, x_c, x_lam, x_first, x_stretch, x_start, x_cap)
-            )
-            if not live.size:
-                break
-        n[live] = x_n
-        return n
+            done = np.flatnonzero(~moving)
+            for o, x in zip(out, (x_n, x_lo, x_low, x_rise)):
+                o[position[done]] = x[done]
+            if not left:
+                return out
+            keep = np.flatnonzero(moving)
+            position, x_n, x_lo, x_low, x_rise = (x.take(keep) for x in (position, x_n, x_lo, x_low, x_rise))
+            inputs = tuple(x.take(keep) for x in inputs)
+        for o, x in zip(out, (x_n, x_lo, x_low, x_rise)):
+            o[position] = x
+        return out
 
     def evaluate(self, idx: np.ndarray, replicas: np.ndarray) -> dict[str, np.ndarray]:
         out = self.latency(idx, replicas)
@@ -156,7 +187,8 @@ def _fewest_replicas(
     ``hi``: a vectorised galloping search (every check is monotone in the per-replica load, so any
     search finds the same count). Most answers lie just above ``lo``, so it probes ``lo + 1``,
     ``lo + 3``, ``lo + 7``, ... until a probe holds, then bisects. ``seen``, for a key of
-    :meth:`_Evaluator.evaluate`: its evaluations at ``lo`` and at ``hi``, kept at the final bounds."""
+    :meth:`_Evaluator.evaluate`: its evaluations at ``lo`` and at ``hi`` (the columns they hold), kept
+    at the final bounds."""
     lo, hi = lo.copy(), hi.copy()
     step = np.ones(lo.size, dtype=lo.dtype)
     active = np.flatnonzero(hi - lo > 1)
@@ -168,13 +200,17 @@ def _fewest_replicas(
             out = ev.evaluate(idx[active], mid)
             ok = out[key]
             for at, mask in zip(seen, (~ok, ok)):
-                for name, values in out.items():
-                    at[name][active[mask]] = values[mask]
+                for name, values in at.items():
+                    values[active[mask]] = out[name][mask]
         hi[active] = np.where(ok, mid, hi[active])
         lo[active] = np.where(ok, lo[active], mid)
         step[active] = np.where(ok, hi[active], 2 * step[active])  # once a probe holds: bisect
         active = active[hi[active] - lo[active] > 1]
     return hi
+
+
+# what plans read of an evaluation (see fleet_columns)
+_KEPT = ("lam", "utilization", "ttft_ms", "tpot_ms", "e2e_ms", *_CHECKS, "meets")
 
 
 def _search(
@@ -194,7 +230,7 @@ def _search(
     )
     meets = np.zeros(n, dtype=int)
     first = np.flatnonzero(stable > 0)
-    at = ev.evaluate(first, stable[first])
+    at = {k: v for k, v in ev.evaluate(first, stable[first]).items() if k in _KEPT}
     meets[first[at["meets"]]] = stable[first[at["meets"]]]
     # one replica fewer than the fewest stable is unstable (capacity, the first check, fails there)
     below = np.where(stable[first] > 1, _CONSTRAINTS.index("capacity"), -1)
@@ -202,7 +238,7 @@ def _search(
     at_top = ev.evaluate(first[rest], top[first[rest]])
     reach = at_top["meets"]
     rest = rest[reach]
-    seen = ({k: v[rest] for k, v in at.items()}, {k: v[reach] for k, v in at_top.items()})
+    seen = ({k: at[k][rest] for k in _CHECKS}, {k: at_top[k][reach] for k in at})
     units = first[rest]
     meets[units] = _fewest_replicas(ev, units, stable[units], top[units], "meets", seen)
     for name, values in seen[1].items():

@@ -37,7 +37,7 @@ def fleet_columns(
     position[units] = np.arange(units.size)
     candidate = np.flatnonzero(position[grid.unit] >= 0)
     unit = position[grid.unit[candidate]]
-    order = _order(unit, (~meets, cost, at["e2e_ms"]))
+    order = _order(unit, meets, cost, at["e2e_ms"])
     candidate, unit = candidate[order], unit[order]
     cfg = grid.cfg[units]
     configs = {name: values[cfg] for name, values in grid.configs.items()}
@@ -53,7 +53,8 @@ def fleet_columns(
         "quality": configs["quality"],
         "meets_slo": meets,
     }
-    columns: dict[str, object] = {name: (grid.configs[name], cfg[unit]) for name in ("model", "gpu", "quant")}
+    config = cfg[unit]
+    columns: dict[str, object] = {name: (grid.configs[name], config) for name in ("model", "gpu", "quant")}
     columns["backend"] = (grid.backend_names, grid.backend_code[candidate])
     columns["tensor_parallel"] = configs["tensor_parallel"][unit]
     columns.update({name: values[unit] for name, values in per_unit.items()})
@@ -68,20 +69,26 @@ def fleet_columns(
     return columns
 
 
-def _order(unit: np.ndarray, keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """``np.lexsort`` of the candidates by their units' ``keys`` (most significant first), ties in
+def _order(unit: np.ndarray, meets: np.ndarray, cost: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """The candidates' order by their units' (``~meets``, ``cost``, ``latency``), NaN last, ties in
     candidate order: the units are sorted (fewer than the candidates), ranked with equal keys (NaN
-    equal to NaN) sharing a rank, and the candidates stably sorted by that one integer."""
-    by_unit = np.lexsort(keys[::-1])
-    same = np.ones(max(by_unit.size - 1, 0), dtype=bool)
-    for key in keys:
-        k = key[by_unit]
-        same &= (k[1:] == k[:-1]) | (np.isnan(k[1:]) & np.isnan(k[:-1]) if k.dtype.kind == "f" else False)
+    equal to NaN) sharing a rank, and the candidates stably sorted by that one integer. Equal keys
+    share a rank whatever their order, so the units' sort needs no stability: by latency, then stably
+    by a small integer for (``~meets``, cost) - numpy's stable sort is a radix sort for 16-bit keys."""
+    prices, cost_rank = np.unique(cost, return_inverse=True)  # NaN last, all NaN one value
+    head = np.where(meets, 0, prices.size) + cost_rank.reshape(-1)
+    by_unit = np.argsort(latency)
+    by_unit = by_unit[np.argsort(_radix(head[by_unit], 2 * prices.size), kind="stable")]
+    head, last = head[by_unit], latency[by_unit]
+    same = (head[1:] == head[:-1]) & ((last[1:] == last[:-1]) | (np.isnan(last[1:]) & np.isnan(last[:-1])))
     rank = np.empty(by_unit.size, dtype=np.int64)
     rank[by_unit] = np.concatenate(([0], np.cumsum(~same)))[: by_unit.size]
-    ranked = rank[unit]
-    # numpy's stable sort is a radix sort for 16-bit keys
-    return np.argsort(ranked.astype(np.uint16) if by_unit.size <= 1 << 16 else ranked, kind="stable")
+    return np.argsort(_radix(rank[unit], by_unit.size), kind="stable")
+
+
+def _radix(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Non-negative integer ``keys`` below ``bound`` as 16-bit integers where they fit."""
+    return keys.astype(np.uint16) if bound <= 1 << 16 else keys
 
 
 def _text(values: np.ndarray, index: np.ndarray) -> object:

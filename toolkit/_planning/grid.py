@@ -71,10 +71,14 @@ class _Grid:
         self.kv_capped = self.cap_reason == "kv_memory"
 
     def steps(self, positions: np.ndarray) -> np.ndarray:
-        """Decode step ms at flat positions of ``step_table``."""
-        if self.step_fill is not None:
+        """Decode step ms at flat positions of ``step_table``. Elements not computed yet are NaN: only
+        a NaN read makes it look further (an element that is NaN once computed is read twice)."""
+        table = self.step_table.reshape(-1)
+        values = table.take(positions)
+        if self.step_fill is not None and np.isnan(values).any():
             self.step_fill.complete(positions)
-        return self.step_table.reshape(-1)[positions]
+            values = table.take(positions)
+        return values
 
 
 class _StepFill:
@@ -277,7 +281,7 @@ def _build_grid(
         backend=backend_names[backend[entry]],
         backend_names=backend_names,
         backend_code=backend[entry],
-        step_table=np.empty((kept.size, width)),
+        step_table=np.full((kept.size, width), np.nan),
         ttft_ms=first,
         prefill_ms=first - constants["request_overhead_ms"][:, 0],
         gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
