@@ -144,7 +144,11 @@ def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent(prof
     assert (frame["output_tokens"] == frame["output_tokens_target"]).all()
     fit = tk.calibrate(frame, MODEL, DEVICE, QUANT)
     row = fit.iloc[0]
-    assert row["held"] == "", row["held_reason"]
+    # the server's serial_share is 1, the top of its range: a fit that lands there is held there, with
+    # the reason, and is then exact; nothing else is held
+    assert row["held"] in ("", "serial_share"), row["held_reason"]
+    if row["held"]:
+        assert row["held_reason"].startswith("serial_share held at its upper bound 1: it fitted there")
     got = _read_back(tk.cost_model(MODEL, DEVICE, QUANT, calibration=fit))
     truth = _seen(server, transport_ms)
     for name, value in truth.items():

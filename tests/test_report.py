@@ -585,3 +585,21 @@ def test_a_host_busy_in_both_ways_gets_one_busy_paragraph():
         "Measured on a busy host: others took 51% of the CPU. The fitted model is not presented."
         " Also, the load average was 3.10 on 2 cores when the sweep began."
     )
+
+
+def test_a_local_sweep_runs_its_repeats_as_passes_with_work_between_them(tmp_path):
+    # the local report alternates the sweep's passes with the profile's: each pass runs every level
+    # once, `between` runs after each, and the passes come back as one sweep with two repeats a level
+    from fault_server import FaultServer
+
+    calls = []
+    settings = {"lanes": 2, "limits": (1, 2), "max_tokens": 3, "repeats": 2}
+    with FaultServer(tokens=3, token_delay_s=0) as srv:
+        run = _measure._measure(
+            srv.base_url, "fault-model", None, tmp_path, settings, "fault", between=lambda: calls.append(1)
+        )
+    assert calls == [1, 1]
+    assert run.levels["repeats"].tolist() == [2, 2] and run.levels["in_flight"].tolist() == [1, 2]
+    assert sorted(run.lanes["repeat"].unique()) == [1, 2] and len(run.lanes) == 2 * 2 * 2
+    assert {p.name for p in (tmp_path / "sweep").iterdir()} >= {"pass1", "pass2"}
+    assert "2 run(s) per level, each a pass over every level, spread over the run" in run.conditions["sweep"]

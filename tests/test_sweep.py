@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 
 import httpx
@@ -621,3 +622,21 @@ def test_cli_sweeps_a_prompts_file_into_out_dir(tmp_path, capsys):
         ]
     assert "verdict" in capsys.readouterr().out
     assert len(pd.read_csv(tmp_path / "out" / "levels.csv")) == 2
+
+
+def test_repeats_run_as_passes_over_every_level():
+    # every level once, then every level again: the repeats of a level are as far apart in time as
+    # the levels, so their spread holds the drift the verdict's interval stands for
+    seen = []
+
+    def script(server, body):
+        seen.append(re.search(r"sweep level (.+) repeat (\d+)\]", body["messages"][0]["content"]).groups())
+        return default_script(server, body)
+
+    with StreamingServer(tokens=2, script_for=script) as srv:
+        res = run(srv, ["a", "b"], limits=(1, 2), repeats=2)
+    # two lanes per level run: the first two requests are level 1's, then level 2's, in each pass
+    levels = [label for label, _ in seen]
+    assert [r for _, r in seen] == ["1"] * 4 + ["2"] * 4, seen
+    assert levels[:4] == levels[4:] and levels[0] == levels[1] != levels[2] == levels[3], seen
+    assert res.levels["repeats"].tolist() == [2, 2]

@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from toolkit._sweep.levels import RUN_COLUMNS, _inconclusive, aggregate, disagree
+from toolkit._sweep.result import SweepResult, combine_passes, from_runs
 
 
 def _runs(per_repeat_ms_per_token: dict[int, list[float]], dec_tok_s: dict[int, list[float]]) -> pd.DataFrame:
@@ -93,3 +95,33 @@ def test_one_repeat_near_a_threshold_is_inconclusive_far_from_it_is_not():
 )
 def test_disagree_is_a_spread_of_more_than_25_percent_of_the_median(values, noisy):
     assert disagree(pd.Series(values, dtype=float)) is noisy
+
+
+def _pass(ms_per_token: dict[int, float]) -> SweepResult:
+    """One closed-loop pass over the levels (one repeat each), as a sweep with ``repeats=1`` returns it."""
+    runs = _runs({k: [u] for k, u in ms_per_token.items()}, {k: [100.0] for k in ms_per_token})
+    lanes = pd.DataFrame(columns=["in_flight", "rate_rps", "outcome", "repeat"])
+    return from_runs(lanes, runs, closed_loop=True, params={"limits": list(ms_per_token), "rates": []}, stopped="")
+
+
+def test_passes_spread_over_a_run_carry_the_drift_between_them_into_the_verdict():
+    # A server with elasticity 0.8 at every level, its host 10% slower for the second pass, minutes
+    # later. Two repeats back to back agree to 1%: s = ln(1.01) / sqrt(2) (df 4) and the half-width at
+    # 2 in flight is 2.776 s / ln 2 = 0.03, so 0.8 reads queueing. The two passes combined: s =
+    # ln(1.1) / sqrt(2) = 0.0674, half-widths 2.776 s / ln x: 0.27 at 2 and 0.135 at 4 (both cross
+    # 0.7: inconclusive) and 0.09 at 8 (0.71 > 0.7: queueing).
+    first = {x: 10.0 * x**0.8 for x in (1, 2, 4, 8)}
+    back_to_back = _runs({x: [u, u * 1.01] for x, u in first.items()}, {x: [100.0, 99.0] for x in first})
+    assert _verdicts(back_to_back) == {1: "baseline", 2: "queueing", 4: "queueing", 8: "queueing"}
+    combined = combine_passes([_pass(first), _pass({x: u * 1.1 for x, u in first.items()})])
+    assert combined.runs["repeat"].tolist() == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert combined.levels["repeats"].tolist() == [2, 2, 2, 2]
+    s = math.log(1.1) / math.sqrt(2)
+    half = dict(zip(combined.levels["in_flight"], combined.levels["elasticity_ci95"]))
+    for x in (2, 4, 8):
+        assert half[x] == pytest.approx(stats.t.ppf(0.975, 4) * s / math.log(x), rel=1e-6), x
+    assert combined.levels["elasticity"].tolist()[1:] == pytest.approx([0.8, 0.8, 0.8])
+    verdicts = dict(zip(combined.levels["in_flight"], combined.levels["verdict"]))
+    assert verdicts == {1: "baseline", 2: "inconclusive", 4: "inconclusive", 8: "queueing"}
+    with pytest.raises(ValueError, match="same parameters"):
+        combine_passes([_pass(first), _pass({1: 10.0, 2: 17.0})])

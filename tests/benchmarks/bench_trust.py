@@ -1,7 +1,8 @@
 """Benchmark: can the calibrated serving model be trusted on the local llama-server? (issue 16)
 
-Runs the report's local measurement twice in a row (toolkit.profile of the one-thread llama-server,
-the 8-lane sweep at limits 1, 2, 4, 8 twice, a held-out production-trace slice replayed), each with
+Runs the report's local measurement twice in a row (toolkit.profile of the one-thread llama-server in
+three passes alternating with the two passes of the 8-lane sweep at limits 1, 2, 4, 8, then a
+held-out production-trace slice replayed), each with
 its trust check (calibrate on the profile, predict every sweep level and the replay), then a profile
 with a CPU-burning process beside the server. Writes reports/bench/trust.json:
 
@@ -9,7 +10,8 @@ with a CPU-burning process beside the server. Writes reports/bench/trust.json:
   and what was held, the median |error| on the held-out sweep (output tokens/s and TPOT) and on the
   replay (p50 and p90 of TTFT, TPOT, E2E), every level's verdict;
 - repeatability: whether each parameter fitted in both runs lies inside the other run's 95% interval
-  (value +- 1.96 standard errors), and whether the verdicts agree;
+  (value +- 1.96 standard errors); for one fitted in one run and held at a bound in the other,
+  whether the fitted run's interval reaches that bound; and whether the verdicts agree;
 - the busy run: whether the profile flagged the host as busy.
 
 Issue 16's bar: 15% median |error| on both held-out sets, every parameter identified or held, the two
@@ -94,6 +96,7 @@ def _one_run() -> dict:
     out.update(
         {
             "fitted": {n: {"value": _number(row[n]), "se": _number(row[f"{n}_se"])} for n in names},
+            "held_values": {n: _number(row[n]) for n in str(row["held"]).split(",") if n},
             "held": str(row["held_reason"]),
             "condition_number": _number(row["condition_number"]),
             "sweep_median_abs_error": _number(check.sweep_median_error),
@@ -115,6 +118,18 @@ def _inside(a: dict, b: dict) -> dict:
         va, sa = a["fitted"][name]["value"], a["fitted"][name]["se"] or 0.0
         vb, sb = b["fitted"][name]["value"], b["fitted"][name]["se"] or 0.0
         out[name] = bool(abs(va - vb) <= 1.96 * sa and abs(va - vb) <= 1.96 * sb)
+    return out
+
+
+def _reaches_bound(a: dict, b: dict) -> dict:
+    """For each parameter fitted in one run and held at a bound in the other (``held ... bound``): does
+    the fitted run's 95% interval reach the value the other run was held at?"""
+    out = {}
+    for fitted, held in ((a, b), (b, a)):
+        for name in sorted(set(fitted.get("fitted", {})) & set(held.get("held_values", {}))):
+            if f"{name} held at its lower bound" in held["held"] or f"{name} held at its upper bound" in held["held"]:
+                value, se = fitted["fitted"][name]["value"], fitted["fitted"][name]["se"] or 0.0
+                out[name] = bool(abs(value - held["held_values"][name]) <= 1.96 * se)
     return out
 
 
@@ -148,7 +163,9 @@ def main() -> None:
     met = {
         "sweep_within_15pct": all((r.get("sweep_median_abs_error") or math.inf) <= TARGET for r in both),
         "replay_within_15pct": all((r.get("replay_median_abs_error") or math.inf) <= TARGET for r in both),
-        "parameters_inside_each_others_ci": all(_inside(first, second).values()) and bool(_inside(first, second)),
+        "parameters_inside_each_others_ci": all(_inside(first, second).values())
+        and bool(_inside(first, second))
+        and all(_reaches_bound(first, second).values()),
         "same_verdicts": first["verdicts"] == second["verdicts"],
         "busy_run_flagged": busy["flagged"],
         "idle_runs_not_flagged": not any(r["busy"] or r["report_busy_warning"] for r in both),
@@ -161,6 +178,8 @@ def main() -> None:
         "runs": both,
         "repeatability": {
             "inside_each_others_ci": _inside(first, second),
+            # fitted in one run, held at a bound in the other: does the fitted run's interval reach it?
+            "fitted_in_one_held_at_a_bound_in_the_other": _reaches_bound(first, second),
             # fitted in one run, held at its default in the other: not comparable, so not in the check above
             "fitted_in_one_run_only": fitted_once,
         },

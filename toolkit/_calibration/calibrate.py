@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -107,7 +108,8 @@ def calibrate(
         :mod:`toolkit._calibration.fit`); ``residual_rms`` (RMS relative residual over all observations),
         ``ttft_residual_rms``, ``tpot_residual_rms``; ``n_obs``, ``n_ttft``, ``n_tpot``; ``fitted``
         (the names fitted and identified, comma-separated); ``held`` (names asked for but not
-        identified: standard error above 25% of the value, or none; each held at its default) and
+        identified: fitted to a bound, held at that bound; standard error above 25% of the value, or
+        none, held at its default) and
         ``held_reason``; ``condition_number`` (of the Jacobian scaled by the parameters) and
         ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
         ``tensor_parallel``, ``kv_dtype``.
@@ -170,32 +172,56 @@ def calibrate(
 def _identified_fit(
     obs, build, defaults, fit, limits, breaks=(), starts=()
 ) -> tuple[dict[str, object], dict[str, str]]:
-    """Fit, then hold at its default every parameter the data do not identify, one at a time.
+    """Fit, then hold every parameter the data do not identify, one at a time.
 
-    A parameter is identified when its standard error is at most ``MAX_RELATIVE_SE`` of its value.
-    The worst one (no standard error at all counts as worst) is held and the rest refitted, until
+    A parameter is identified when it fitted inside its bounds and its standard error is at most
+    ``MAX_RELATIVE_SE`` of its value. One that fitted to a bound is held there, first: the data say
+    only that it is small (or large), and its linearised standard error describes a symmetric
+    interval that the bound cuts off, so neither its value nor its interval can be compared with
+    another run's. Holding it at that bound is the bounded fit's own solution, so the other parameters
+    do not move (holding ``serial_share`` at its default 0.3 instead of the 1 a CPU profile fits
+    moved ``mbu`` to its own bound and doubled the residuals, 2026-12-04). Otherwise the worst one
+    (no standard error at all counts as worst) is held at its default and the rest refitted, until
     every fitted parameter is identified or none is left; a held parameter is never traded silently
     against another.
     """
-    names, held = list(fit), {}
+    names, held, values = list(fit), {}, dict(defaults)
     while names:
-        result = _fit.fit(obs, build, defaults, names, limits, breaks, starts)
-        rel = {n: result["se"][n] / abs(result["params"][n]) if result["params"][n] else np.inf for n in names}
-        loose = {n: r for n, r in rel.items() if not result["constrained"][n] or r > _fit.MAX_RELATIVE_SE}
+        result = _fit.fit(obs, build, values, names, limits, breaks, starts)
+        params = result["params"]
+        rel = {n: result["se"][n] / abs(params[n]) if params[n] else np.inf for n in names}
+        bound = {n: side for n in names if (side := _at_bound(params[n], limits[n], defaults[n]))}
+        loose = {n: r for n, r in rel.items() if not result["constrained"][n] or r > _fit.MAX_RELATIVE_SE or n in bound}
         if not loose:
             return result, held
-        worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] else loose[n])
-        if not result["constrained"][worst] or np.isnan(rel[worst]):
-            why = "the data do not constrain it"
-        elif np.isinf(rel[worst]):
-            why = "the data do not separate it from the other parameters (a singular fit)"
-        elif result["params"][worst] <= limits[worst][0] + 1e-6 * max(1.0, abs(defaults[worst])):
-            why = f"it fitted to its lower bound {limits[worst][0]:g}, so the data say only that it is small"
+        worst = max(loose, key=lambda n: np.inf if not result["constrained"][n] or n in bound else loose[n])
+        if result["constrained"][worst] and worst in bound:
+            side = bound[worst]
+            values[worst] = float(limits[worst][0 if side == "lower" else 1])
+            size = "small" if side == "lower" else "large"
+            held[worst] = (
+                f"{worst} held at its {side} bound {values[worst]:g}: it fitted there, so the data say only that it is {size}"
+            )
         else:
-            why = f"its standard error is {rel[worst]:.0%} of its value"
-        held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
+            if not result["constrained"][worst] or np.isnan(rel[worst]):
+                why = "the data do not constrain it"
+            elif np.isinf(rel[worst]):
+                why = "the data do not separate it from the other parameters (a singular fit)"
+            else:
+                why = f"its standard error is {rel[worst]:.0%} of its value"
+            held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
         names.remove(worst)
-    return {**_fit.residuals_at(obs, build(**defaults), breaks, starts), "params": dict(defaults)}, held
+    return {**_fit.residuals_at(obs, build(**values), breaks, starts), "params": dict(values)}, held
+
+
+def _at_bound(value: float, limits: tuple[float, float], default: float) -> str:
+    """``lower`` or ``upper`` where a fitted ``value`` sits on that bound of ``limits``, else ''."""
+    tolerance = 1e-6 * max(1.0, abs(default))
+    if value <= limits[0] + tolerance:
+        return "lower"
+    if math.isfinite(limits[1]) and value >= limits[1] - tolerance:
+        return "upper"
+    return ""
 
 
 def accuracy(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

@@ -22,6 +22,13 @@ such as ``batched_mbu_factor`` and ``serial_share``. None of the cheap host prob
 single-thread vector loop, a 64 MiB copy, small matrix products, timed before and after each pass)
 tracked that factor (correlations 0.5 at most, removing under a tenth of the cells' variance), so
 the drift is measured in the profile's own cells rather than corrected by a probe.
+
+That estimate covers the drift over the time the passes span. Passes run back to back (about a
+minute for three) missed the drift over several minutes, which is what moved two report runs in a
+row apart (``mbu`` 0.322 +- 0.014 and 0.360 +- 0.011, 2026-12-04 21:46-21:59); the report therefore
+spreads its profile's passes over the whole run, between the sweep's passes
+(:func:`toolkit._sweep.profile_cells.combine_passes`). A parameter that fits to a bound is held there
+(:mod:`toolkit._calibration.calibrate`): its linearised interval would be cut off by the bound.
 """
 
 from __future__ import annotations

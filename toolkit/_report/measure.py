@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -18,7 +19,8 @@ __all__ = ["notebook_levels"]
 
 
 # The local sweep matches the recorded one (data/llamacpp_sweep_gemma3_270m_conditions.csv), run twice
-# so that each level has a spread: about four minutes on 2 cores.
+# so that each level has a spread: about four minutes on 2 cores. Its two passes alternate with the
+# profile's three (_measure_local says why).
 LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
 # The held-out production traffic the local report replays: 12 s of the conversation trace from minute
 # 30 (70 requests), lengths divided by 20, stretched in time so that the server runs it at
@@ -90,24 +92,42 @@ def _recorded_run() -> _Run:
 
 
 def _measure_local(out: Path) -> _Run:
-    """Profile the local llama-server, sweep it, and replay a held-out trace slice against it."""
+    """Profile the local llama-server, sweep it, and replay a held-out trace slice against it.
+
+    The profile's passes and the sweep's passes alternate over the run (profile, sweep, profile,
+    sweep, profile: one pass of the profile more than ``LOCAL_SWEEP["repeats"]``), then the replay. The
+    intervals of the fit (the drift between the profile's passes, :mod:`toolkit._calibration.fit`)
+    and of the verdicts (the spread of a level's repeats, :mod:`toolkit._sweep.verdict_interval`)
+    are measured from repeats; run back to back, repeats a few seconds apart miss the drift of the
+    server's speed over minutes (about 10% on this project's idle 2-core VM, 2026-12-04), which moved
+    two runs in a row apart by several of those intervals. Spread over the run, the repeats sample
+    the same minutes another run would, at the same cost.
+    """
     from toolkit._model.host import best_of_hosts, measure_host
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import LlamaServer, server_version
     from toolkit._sweep.profile import profile
+    from toolkit._sweep.profile_cells import combine_passes
     from toolkit._sweep.replay import replay_trace
     from toolkit._workload.traces import load_trace
 
     # the host's rates are the best of samples spread over the run (best_of_hosts says why): one before
-    # the server starts, one after the profile and one after the sweep, each while the server is idle
+    # the server starts, one after the first sweep pass and one after the last, each while the server
+    # is idle
     samples = [measure_host()]
     label = "llama-server, Gemma-3-270M (this machine)"
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
         pid = server.pid
-        profiled = profile(server=server, progress=False)
-        samples.append(measure_host())
-        run = _measure(server.base_url, None, None, out, LOCAL_SWEEP, label, server_pid=pid)
-        samples.append(measure_host())
+        passes = [profile(server=server, repeats=1, progress=False)]
+
+        def between_sweep_passes() -> None:
+            passes.append(profile(server=server, repeats=1, progress=False))
+            samples.append(measure_host())
+
+        run = _measure(
+            server.base_url, None, None, out, LOCAL_SWEEP, label, server_pid=pid, between=between_sweep_passes
+        )
+        profiled = combine_passes(passes)
         host = best_of_hosts(samples)
         swept = host_state.sample(pid)
         scale, load = held_out_time_scale(profiled, host)
@@ -118,6 +138,9 @@ def _measure_local(out: Path) -> _Run:
     run.conditions["server"] = (
         f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}, --threads {threads}"
         " (one core left to the client)"
+    )
+    run.conditions["profile"] = (
+        f"toolkit.profile, {len(passes)} passes over its design, one before the sweep and one after each of its passes"
     )
     run.conditions["held-out traffic"] = (
         f"{len(trace)} requests: {HELD_OUT_TRACE_NAME} from {HELD_OUT_TRACE['start_s']} s for"
@@ -177,8 +200,13 @@ def _measure(
     label: str,
     *,
     server_pid: int | None = None,
+    between: Callable[[], None] | None = None,
 ) -> _Run:
     """Sweep ``base_url`` with the standard lane set; the sweep's own files go to ``out/sweep``.
+
+    With ``between``, the sweep's repeats run as separate passes over every level (files in
+    ``out/sweep/pass<k>``), ``between()`` called after each, and are combined into one sweep
+    (:func:`toolkit._sweep.result.combine_passes` says why); else the sweep runs its repeats itself.
 
     Whether the host was busy is judged by :mod:`toolkit._sweep.host_state` over the sweep: the CPU
     time other processes took (``server_pid``'s and this client's own excluded), or, where that
@@ -187,22 +215,27 @@ def _measure(
     from toolkit._sweep import host_state
     from toolkit._sweep.api import run_sweep
     from toolkit._sweep.prompts import lane_prompts
+    from toolkit._sweep.result import combine_passes
 
     system_prompt, prompts = lane_prompts(settings["lanes"])
     started = dt.datetime.now().isoformat(timespec="seconds")
     cores = os.cpu_count() or 1
     before = host_state.sample(server_pid)
-    result = run_sweep(
-        base_url,
-        model,
-        prompts,
-        limits=settings["limits"],
-        max_tokens=settings["max_tokens"],
-        system_prompt=system_prompt,
-        api_key=api_key,
-        out_dir=out / "sweep",
-        repeats=settings.get("repeats", 1),
-    )
+    repeats = settings.get("repeats", 1)
+    common = {
+        "limits": settings["limits"],
+        "max_tokens": settings["max_tokens"],
+        "system_prompt": system_prompt,
+        "api_key": api_key,
+    }
+    if between is None:
+        result = run_sweep(base_url, model, prompts, out_dir=out / "sweep", repeats=repeats, **common)
+    else:
+        passes = []
+        for k in range(repeats):
+            passes.append(run_sweep(base_url, model, prompts, out_dir=out / "sweep" / f"pass{k + 1}", **common))
+            between()
+        result = combine_passes(passes)
     state = host_state.conditions(before, host_state.sample(server_pid))
     load, other = state["load_1m_before"], state["other_cpu_share"]
     conditions = {
@@ -210,8 +243,9 @@ def _measure(
         "server": _display_url(base_url),
         "model": str(result.params.get("model", model)),
         "sweep": f"{settings['lanes']} lanes at in-flight limits {', '.join(map(str, settings['limits']))},"
-        f" max {settings['max_tokens']} output tokens, {settings.get('repeats', 1)} run(s) per level,"
-        " prompts from toolkit._sweep.prompts",
+        f" max {settings['max_tokens']} output tokens, {repeats} run(s) per level"
+        + (", each a pass over every level, spread over the run," if between is not None else ",")
+        + " prompts from toolkit._sweep.prompts",
         "host load": f"{load:.2f} (1-minute load average when the sweep started, the server's and this"
         f" client's threads included where they run here; {cores} cores)",
     }

@@ -99,7 +99,8 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         "<p><b>1. The profile.</b> A designed experiment (toolkit.profile): single-stream decode at two"
         " context lengths (bandwidth and step overhead), decode at several batch sizes (the per-sequence"
         " term), prefill at three prompt lengths (prefill rate and request overhead), each cell repeated"
-        f" and interleaved. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than {NOISY_TOLERANCE:.0%})"
+        " in passes over the design spread over the run (between the sweep's passes), so that the"
+        f" intervals below hold the server's drift over minutes. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than {NOISY_TOLERANCE:.0%})"
         " and are left out of the fit.</p>" + _table_html(cells, "Profile cells", "profile_cells.csv", open_=True)
     )
     if check.refused:
@@ -109,8 +110,9 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
     params = _parameters(check.calibration)
     row = check.calibration.iloc[0]
     body += (
-        "<p><b>2. The fitted parameters</b>, with standard errors; a parameter whose standard error"
-        " exceeds 25% of its value, or that the data do not move, is held at its default and says why."
+        "<p><b>2. The fitted parameters</b>, with standard errors; a parameter that fits to a bound of"
+        " its range is held at that bound, and one whose standard error exceeds 25% of its value, or"
+        " that the data do not move, at its default; each says why."
         f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
         f" parameters {row['max_abs_correlation']:.2f}.</p>"
         + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)

@@ -105,7 +105,10 @@ _DOC = """{summary}
         SLOs in ms; when either is set, ``goodput_rps`` counts requests meeting all of them per
         second of wall clock (failures are misses).
     repeats : int
-        Runs per level (1..1000); levels report means and t-based 95% CI half-widths.
+        Runs per level (1..1000); levels report means and t-based 95% CI half-widths. The repeats
+        are passes over every level (every level once, then every level again), so that their spread
+        holds the server's drift between the minutes at which the levels ran, which is what moves
+        a verdict from one run to the next (``elasticity_ci95``).
     deadline_s : float or None
         Limit for the whole sweep in seconds (> 0); see ``stopped``.
     system_prompt : str or None

@@ -126,7 +126,9 @@ class _Plan:
             model=a["model"],
             prompts=list(a["prompts"]),
             messages=messages,
-            levels=[_Level(k, r, rep) for k, r in keys for rep in range(1, repeats + 1)],
+            # repeats as passes over every level (every level once, then every level again), so that the
+            # spread of a level's repeats holds the host's drift between the levels' minutes
+            levels=[_Level(k, r, rep) for rep in range(1, repeats + 1) for k, r in keys],
             closed_loop=closed_loop,
             max_tokens=check_int("max_tokens", a["max_tokens"], low=1, high=1_000_000),
             postprocess=a["postprocess"],

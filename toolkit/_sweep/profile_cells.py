@@ -44,3 +44,22 @@ def mark_noisy(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     out["noisy"] = noisy.reindex(pd.MultiIndex.from_frame(frame[keys])).fillna(False).to_numpy(dtype=bool)
     return out
+
+
+def combine_passes(passes: list[pd.DataFrame]) -> pd.DataFrame:
+    """One profile from profiles of the same design run at different times (:func:`toolkit.profile`
+    frames, each of one or more passes): pass ``k``'s ``repeat`` and ``wave`` follow the previous
+    pass's, and ``noisy`` is judged again over every wave of a cell.
+
+    The fit counts a profile's passes as the host's speed samples (:mod:`toolkit._calibration.fit`):
+    passes spread over a run rather than run back to back make that drift span the minutes another
+    run would see. Each pass keeps its own ``seed``.
+    """
+    if not passes:
+        raise ValueError("passes must hold at least one profile frame")
+    frames, repeat, wave = [], 0, 0
+    for frame in passes:
+        frames.append(frame.assign(repeat=frame["repeat"] + repeat, wave=frame["wave"] + wave))
+        repeat += int(frame["repeat"].max()) + 1
+        wave += int(frame["wave"].max()) + 1
+    return mark_noisy(pd.concat(frames, ignore_index=True))

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_number
-from toolkit._sweep.levels import metric_values
+from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, add_relative, aggregate, metric_values
 
 __all__ = ["SweepResult"]
 
@@ -90,3 +90,47 @@ class SweepResult:
                 rows.append(row)
         columns = ["in_flight", "rate_rps", "metric", "count", "mean", "std", "min", "max", *(f"p{q:g}" for q in qs)]
         return pd.DataFrame(rows, columns=columns)
+
+
+def from_runs(lanes: pd.DataFrame, runs: pd.DataFrame, *, closed_loop: bool, params: dict, stopped: str) -> SweepResult:
+    """A sweep's result from its lane attempts and level runs (one row per level and repeat): each
+    repeat's relative columns against its own first level, then the levels aggregated over repeats."""
+    if len(runs):
+        runs = pd.concat([add_relative(g, closed_loop=closed_loop) for _, g in runs.groupby("repeat", sort=False)])[
+            RUN_COLUMNS
+        ].reset_index(drop=True)
+    else:
+        runs = pd.DataFrame(columns=RUN_COLUMNS)
+    levels = aggregate(runs, lanes, closed_loop=closed_loop) if len(runs) else pd.DataFrame(columns=AGGREGATE_COLUMNS)
+    return SweepResult(lanes=lanes, levels=levels, runs=runs, params=dict(params), stopped=stopped)
+
+
+def combine_passes(passes: Sequence[SweepResult]) -> SweepResult:
+    """One sweep from passes over the same levels run at different times: the repeats of each pass
+    numbered on from the previous pass's (from 1), the levels aggregated over all of them.
+
+    Spreading the repeats of a level over a run, rather than running them back to back, puts the
+    host's drift between the minutes at which the levels are measured into the spread of the
+    repeats, which is what the verdict's interval (:mod:`toolkit._sweep.verdict_interval`) stands
+    for. The passes must share their parameters but for ``repeats``; ``stopped`` is the first pass's
+    reason to stop early, if any.
+    """
+    if not passes:
+        raise ValueError("passes must hold at least one SweepResult")
+    keys = [{k: v for k, v in p.params.items() if k != "repeats"} for p in passes]
+    if any(k != keys[0] for k in keys[1:]):
+        raise ValueError("passes must come from sweeps with the same parameters (but repeats)")
+    lanes, runs, offset = [], [], 0
+    for result in passes:
+        number = {r: offset + i for i, r in enumerate(sorted(result.runs["repeat"].dropna().unique()), start=1)}
+        lanes.append(result.lanes.assign(repeat=result.lanes["repeat"].map(number)))
+        runs.append(result.runs.assign(repeat=result.runs["repeat"].map(number)))
+        offset += len(number)
+    params = {**passes[0].params, "repeats": offset}
+    return from_runs(
+        pd.concat(lanes, ignore_index=True),
+        pd.concat(runs, ignore_index=True),
+        closed_loop=not passes[0].params.get("rates"),
+        params=params,
+        stopped=next((p.stopped for p in passes if p.stopped), ""),
+    )

@@ -17,12 +17,12 @@ from tqdm.auto import tqdm
 from toolkit._queueing.arrivals import arrival_offsets_s
 from toolkit._sweep.files import LaneLog
 from toolkit._sweep.lanes import LaneContext, run_lane
-from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, add_relative, aggregate, summarize
+from toolkit._sweep.levels import RUN_COLUMNS, summarize
 from toolkit._sweep.metrics import Delta, Snapshot, delta, scrape_snapshot
 from toolkit._sweep.outdir import OutDir
 from toolkit._sweep.plan import _Level, _Plan, _same_rate
 from toolkit._sweep.records import LANE_COLUMNS
-from toolkit._sweep.result import SweepResult
+from toolkit._sweep.result import SweepResult, from_runs
 
 __all__: list[str] = []
 
@@ -245,16 +245,7 @@ class _Runner:
     def _result(self) -> SweepResult:
         lanes = pd.DataFrame(self.records, columns=LANE_COLUMNS)
         runs = pd.DataFrame(self.runs, columns=RUN_COLUMNS) if self.runs else pd.DataFrame(columns=RUN_COLUMNS)
-        if len(runs):
-            runs = pd.concat(
-                [add_relative(g, closed_loop=self.plan.closed_loop) for _, g in runs.groupby("repeat", sort=False)]
-            )[RUN_COLUMNS].reset_index(drop=True)
-        levels = (
-            aggregate(runs, lanes, closed_loop=self.plan.closed_loop)
-            if len(runs)
-            else pd.DataFrame(columns=AGGREGATE_COLUMNS)
-        )
-        return SweepResult(lanes=lanes, levels=levels, runs=runs, params=dict(self.plan.params), stopped=self.stopped)
+        return from_runs(lanes, runs, closed_loop=self.plan.closed_loop, params=self.plan.params, stopped=self.stopped)
 
 
 def _matches(record: dict[str, Any], level: _Level) -> bool:

@@ -9,6 +9,16 @@ host's drift is the same whatever the level), and the level's elasticity (from t
 ``u``) carries the half-width ``t(0.975, df) * s * sqrt(1/n_k + 1/n_1) / ln(x_k / x_1)``, ``df`` the
 pooled degrees of freedom. A verdict whose interval crosses a threshold reads ``inconclusive``: it
 would flip from one run to the next.
+
+The repeats measure that drift only if they are as far apart in time as the levels being compared:
+repeats run back to back (seconds apart) agree to a percent or two while the levels they are
+compared with ran minutes apart. A sweep's repeats are therefore passes over every level (every
+level once, then every level again; :mod:`toolkit._sweep.plan`), and the report spreads its two
+passes over the whole run (:func:`toolkit._sweep.result.combine_passes`), so that the spread of a
+level's repeats is the between-pass variance, drift over minutes included. A speed change common to
+a whole pass cancels from the elasticity and still widens ``s``; drift within a pass, between the
+levels it compares, does not cancel and is of the same size over the same minutes, so the interval
+errs on the wide side, as a verdict that must not flip between runs should.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The loop, in order:
 
 1. ``calibrate`` fits the efficiencies to a :func:`toolkit.profile` of the server (its designed
-   cells, noisy ones left out); every parameter is identified or held at its default, with the reason.
+   cells, noisy ones left out); every parameter is identified or held (at a bound it fitted to, or at
+   its default), with the reason.
 2. The calibrated model predicts every level of a concurrency sweep of the same server (none of
    which the fit saw) with the simulator, each level with its own lanes' token counts.
 3. It predicts a replay of a production-trace slice (:func:`toolkit.replay_trace`): the simulator is
@@ -252,7 +253,9 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err) -> str:
         if trusted
         else f"The calibrated model cannot be trusted for this server to {TRUSTED_MEDIAN_ERROR:.0%}"
     )
-    held_text = f"; held at their defaults: {held}" if held else "; every fitted parameter identified"
+    # "serial_share held at its upper bound 1", "step_overhead_ms held at its default 0.5", ...
+    what = ", ".join(r.split(":")[0] for r in str(fitted["held_reason"].iloc[0]).split("; ") if r)
+    held_text = f"; {what}" if held else "; every fitted parameter identified"
     return f"{verdict}: {', '.join(parts)}; {where}{held_text}.{_shape(cells)}"
 
 
