@@ -57,9 +57,9 @@ class _Replica:
 
 
 class _Engine:
-    """The state of the event loop over all replicas (:func:`run_events`). Per-request state lives in preallocated numpy arrays (one
-    element per request, in sending order), read and written through memoryviews, which index at
-    list speed while keeping 8 bytes or less per value."""
+    """The state of the event loop over all replicas (:func:`run_events`). Per-request state lives
+    in preallocated numpy arrays (one element per request, in sending order), read and written
+    through memoryviews, which index at list speed while keeping 8 bytes or less per value."""
 
     run_cap = sys.maxsize  # most decode steps advanced at once; tests set 1 to replay step by step
 
