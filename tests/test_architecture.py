@@ -48,17 +48,15 @@ def test_top_level_lists_the_concepts():
     )
 
 
-# "under ~300 lines": a little slack for a docstring; the simulator's event loop is long for speed
+# "under ~300 lines": a little slack for a docstring
 MAX_MODULE_LINES = 320
-LONG_FOR_SPEED = {"toolkit/_queueing/engine.py"}
 
 
 def test_modules_stay_short():
     long = {
-        name: n
+        str(p.relative_to(ROOT)): n
         for p in (ROOT / "toolkit").rglob("*.py")
-        if (name := str(p.relative_to(ROOT))) not in LONG_FOR_SPEED
-        and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 

@@ -39,7 +39,8 @@ from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
 from toolkit._progress import check_progress, progress_bar
-from toolkit._queueing.engine import _Clock, _Engine
+from toolkit._queueing.clock import _Clock
+from toolkit._queueing.engine import _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load
 
