@@ -144,11 +144,12 @@ def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent(prof
     assert (frame["output_tokens"] == frame["output_tokens_target"]).all()
     fit = tk.calibrate(frame, MODEL, DEVICE, QUANT)
     row = fit.iloc[0]
-    # the server's serial_share is 1, the top of its range: a fit that lands there is held there, with
-    # the reason, and is then exact; nothing else is held
-    assert row["held"] in ("", "serial_share"), row["held_reason"]
-    if row["held"]:
-        assert row["held_reason"].startswith("serial_share held at its upper bound 1: it fitted there")
+    # the server's serial_share and batched_mbu_factor are 1, the top of their ranges: a fit that lands
+    # there is held there, with the reason, and is then exact; nothing else is held
+    held = set(filter(None, row["held"].split(",")))
+    assert held <= {"serial_share", "batched_mbu_factor"}, row["held_reason"]
+    for name in held:
+        assert f"{name} held at its upper bound 1: it fitted there" in row["held_reason"]
     got = _read_back(tk.cost_model(MODEL, DEVICE, QUANT, calibration=fit))
     truth = _seen(server, transport_ms)
     for name, value in truth.items():
