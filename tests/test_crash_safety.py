@@ -30,8 +30,11 @@ PROMPTS[4] += f" {STALL}"
 DONE_FIRST = [0, 1, 2]
 WAIT_S = 30  # upper bound on every wait below; each ends as soon as its condition holds
 
+# The child acts as a sweep started from a terminal, where Ctrl-C raises KeyboardInterrupt: a test
+# run started in the background (`make test &`) hands its children SIGINT ignored.
 CHILD = """
-import json, sys, warnings
+import json, signal, sys, warnings
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import toolkit
 url, out, prompts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 warnings.simplefilter("ignore")
