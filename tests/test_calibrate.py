@@ -74,6 +74,30 @@ def test_best_of_hosts_keeps_each_rates_best_sample(host):
         best_of_hosts([host, other])
 
 
+def test_measure_host_alone_gives_no_uncertainty(host):
+    # one sample says nothing about how the rate moves over a run
+    assert math.isnan(host["bandwidth_gb_s_se"].iloc[0]) and math.isnan(host["fp16_tflops_se"].iloc[0])
+
+
+def test_best_of_hosts_uncertainty_is_the_spread_of_the_samples_outside_a_dip(host):
+    from toolkit._model.host import best_of_hosts
+
+    samples = []
+    for gflops, bandwidth in ((310.0, 23.0), (165.0, 22.0), (300.0, 22.0), (305.0, 21.0)):
+        row = host.copy()
+        row["matmul_gflops"], row["fp16_tflops"], row["bandwidth_gb_s"] = gflops, gflops / 1000, bandwidth
+        samples.append(row)
+    best = best_of_hosts(samples).iloc[0]
+    # GEMM: 165 is below 80% of the best 310 (a dip) and left out; 310, 300, 305 have mean 305 and
+    # squared deviations 25 + 25 + 0, so a standard deviation sqrt(50 / 2) = 5 GFLOP/s
+    assert best["fp16_tflops"] == 0.310 and best["fp16_tflops_se"] == pytest.approx(0.005)
+    # copy: no dip; 23, 22, 22, 21 have mean 22 and squared deviations 1 + 0 + 0 + 1: sqrt(2 / 3)
+    assert best["bandwidth_gb_s"] == 23.0 and best["bandwidth_gb_s_se"] == pytest.approx(math.sqrt(2 / 3))
+    # one sample outside a dip: its spread is unknown
+    lone = best_of_hosts(samples[:2]).iloc[0]
+    assert math.isnan(lone["fp16_tflops_se"]) and lone["bandwidth_gb_s_se"] == pytest.approx(math.sqrt(0.5))
+
+
 # --- the fit recovers known parameters -----------------------------------------------------------
 
 TRUTH = {"mbu": 0.55, "mfu": 0.35, "step_overhead_ms": 3.0, "request_overhead_ms": 25.0}
@@ -138,6 +162,52 @@ def test_fit_recovers_known_parameters_from_noisy_measurements():
     # the residuals are the noise we put in (3% RMS), not model misfit
     assert 0.025 < row["residual_rms"] < 0.035
     assert row["n_obs"] == 2 * 32 * len(LIMITS)
+
+
+def _measured_h100(bandwidth_rel_se: float, tflops_rel_se: float) -> dict:
+    spec = {"name": "H100 measured", "memory_gb": 85.9, "bandwidth_gb_s": 3350.0, "fp16_tflops": 989.4}
+    return {**spec, "bandwidth_gb_s_se": 3350.0 * bandwidth_rel_se, "fp16_tflops_se": 989.4 * tflops_rel_se}
+
+
+def test_a_noise_free_fit_against_a_measured_device_has_the_probes_uncertainty_alone():
+    lanes = _synthetic_lanes(TRUTH, seed=3, noise=0.0)
+    row = calibrate(lanes, "Llama-3.1-8B", _measured_h100(0.03, 0.04), "bf16").iloc[0]
+    # the fit itself is exact; mbu = 0.55 is a share of a bandwidth known to 3%, mfu = 0.35 of a
+    # matrix rate known to 4%: standard errors 0.55 x 0.03 = 0.0165 and 0.35 x 0.04 = 0.014
+    assert row["mbu_fit_se"] < 1e-6 and row["mfu_fit_se"] < 1e-6
+    assert row["mbu_se"] == pytest.approx(0.0165, rel=1e-3) and row["mfu_se"] == pytest.approx(0.014, rel=1e-3)
+    assert row["mbu_reference_rel_se"] == pytest.approx(0.03) and row["mfu_reference_rel_se"] == pytest.approx(0.04)
+    # the overheads are times, not shares of a rate
+    for name in ("step_overhead_ms", "request_overhead_ms"):
+        assert row[f"{name}_se"] == row[f"{name}_fit_se"] < 1e-6
+
+
+def test_the_probes_uncertainty_adds_in_quadrature_to_the_fits_own():
+    lanes = _synthetic_lanes(TRUTH, seed=7)
+    spec = _measured_h100(0.03, 0.04)
+    alone = calibrate(lanes, "Llama-3.1-8B", {k: spec[k] for k in list(spec)[:4]}, "bf16").iloc[0]
+    row = calibrate(lanes, "Llama-3.1-8B", spec, "bf16").iloc[0]
+    assert math.isnan(alone["mbu_reference_rel_se"]) and alone["mbu_se"] == alone["mbu_fit_se"]
+    for name, rel in (("mbu", 0.03), ("mfu", 0.04)):
+        assert row[name] == alone[name] and row[f"{name}_fit_se"] == pytest.approx(alone[f"{name}_se"])
+        assert row[f"{name}_se"] == pytest.approx(math.sqrt(alone[f"{name}_se"] ** 2 + (rel * alone[name]) ** 2))
+
+
+def test_a_noisy_probe_does_not_unidentify_a_parameter():
+    # a reference known only to 50% gives mbu a standard error above 25% of its value, but the fit
+    # still pins the absolute rate, so mbu stays fitted
+    row = calibrate(_synthetic_lanes(TRUTH, seed=7), "Llama-3.1-8B", _measured_h100(0.5, 0.0), "bf16").iloc[0]
+    assert row["held"] == "" and row["mbu_se"] > 0.25 * row["mbu"]
+    assert row["mbu_fit_se"] < 0.05 * row["mbu"] and row["mfu_se"] == pytest.approx(row["mfu_fit_se"])
+
+
+def test_an_fp8_matrix_rate_takes_no_uncertainty_from_the_fp16_probe():
+    from toolkit._calibration.reference import reference_rel_se
+    from toolkit._model.resolve import resolve_gpu
+
+    spec = resolve_gpu({**_measured_h100(0.03, 0.04), "fp8_tflops": 1979.0})
+    fp8 = reference_rel_se(spec, cost_model("Llama-3.1-8B", spec, "fp8"))
+    assert math.isnan(fp8["mfu"]) and fp8["mbu"] == pytest.approx(0.03)
 
 
 def test_a_parameter_the_data_do_not_exercise_is_held_not_traded():

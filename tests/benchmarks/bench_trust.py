@@ -6,8 +6,9 @@ held-out production-trace slice replayed), each with
 its trust check (calibrate on the profile, predict every sweep level and the replay), then a profile
 with a CPU-burning process beside the server. Writes reports/bench/trust.json:
 
-- per run: the host's load, whether it was busy and why, the fitted parameters with standard errors
-  and what was held, the median |error| on the held-out sweep (output tokens/s and TPOT) and on the
+- per run: the host's load, whether it was busy and why, the host's measured rates with their
+  uncertainties, the fitted parameters with standard errors (with and without the host probe's
+  uncertainty) and what was held, the median |error| on the held-out sweep (output tokens/s and TPOT) and on the
   replay (p50 and p90 of TTFT, TPOT, E2E), every level's verdict;
 - repeatability: whether each parameter fitted in both runs lies inside the other run's 95% interval
   (value +- 1.96 standard errors); for one fitted in one run and held at a bound in the other,
@@ -63,6 +64,9 @@ def _one_run() -> dict:
         # measured faster reports smaller efficiencies for the same server
         "host_bandwidth_gb_s": _number(run.host["bandwidth_gb_s"].iloc[0]),
         "host_fp16_tflops": _number(run.host["fp16_tflops"].iloc[0]),
+        # their standard uncertainties, the spread of the samples outside a dip (best_of_hosts)
+        "host_bandwidth_gb_s_se": _number(run.host["bandwidth_gb_s_se"].iloc[0]),
+        "host_fp16_tflops_se": _number(run.host["fp16_tflops_se"].iloc[0]),
         "host_load_1m_after": os.getloadavg()[0],
         "others_cpu_share": {k: _number(v) for k, v in run.others.items()},
         # the replay's stretch, chosen so that the profile-calibrated model puts the server's
@@ -95,7 +99,12 @@ def _one_run() -> dict:
     names = [n for n in str(row["fitted"]).split(",") if n]
     out.update(
         {
-            "fitted": {n: {"value": _number(row[n]), "se": _number(row[f"{n}_se"])} for n in names},
+            # se: the fit's standard error with the host probe's uncertainty added for mbu and mfu
+            # (toolkit._calibration.reference); fit_se: the fit's alone
+            "fitted": {
+                n: {"value": _number(row[n]), "se": _number(row[f"{n}_se"]), "fit_se": _number(row[f"{n}_fit_se"])}
+                for n in names
+            },
             "held_values": {n: _number(row[n]) for n in str(row["held"]).split(",") if n},
             "held": str(row["held_reason"]),
             "condition_number": _number(row["condition_number"]),
@@ -131,6 +140,19 @@ def _reaches_bound(a: dict, b: dict) -> dict:
                 value, se = fitted["fitted"][name]["value"], fitted["fitted"][name]["se"] or 0.0
                 out[name] = bool(abs(value - held["held_values"][name]) <= 1.96 * se)
     return out
+
+
+def _contradicting_verdicts(a: dict, b: dict) -> list[str]:
+    """The levels where both runs decided (batching, mixed or queueing) and decided differently: a
+    flip. ``inconclusive`` in one run is no decision, so it contradicts nothing; ``same_verdicts``
+    counts it as a difference all the same."""
+    decided = ("batching", "mixed", "queueing")
+    return [
+        level
+        for level in sorted(set(a["verdicts"]) & set(b["verdicts"]), key=int)
+        if a["verdicts"][level] in decided and b["verdicts"][level] in decided
+        and a["verdicts"][level] != b["verdicts"][level]
+    ]  # fmt: skip
 
 
 def _busy_profile() -> dict:
@@ -182,6 +204,7 @@ def main() -> None:
             "fitted_in_one_held_at_a_bound_in_the_other": _reaches_bound(first, second),
             # fitted in one run, held at its default in the other: not comparable, so not in the check above
             "fitted_in_one_run_only": fitted_once,
+            "contradicting_verdicts": _contradicting_verdicts(first, second),
         },
         "busy_run": busy,
         "met": met,

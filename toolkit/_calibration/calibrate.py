@@ -16,7 +16,9 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
+from toolkit._calibration.reference import combined_se, reference_rel_se
 from toolkit._model.memory import efficiency_value
+from toolkit._model.resolve import resolve_gpu
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import check_breaks
 
@@ -104,12 +106,17 @@ def calibrate(
         One row, accepted as ``calibration=`` by ``cost_model``, ``batching_curve``, ``ttft_ms``,
         ``simulate`` and ``plan``: ``mbu``, ``mfu`` (fractions), ``step_overhead_ms``,
         ``request_overhead_ms`` (ms); their standard errors ``mbu_se`` ... (same units, NaN where
-        unconstrained; from a profile clustered by wave, with the drift between its passes added, see
-        :mod:`toolkit._calibration.fit`); ``residual_rms`` (RMS relative residual over all observations),
+        unconstrained): ``mbu_fit_se`` ... the fit's own (from a profile clustered by wave, with the
+        drift between its passes added, see :mod:`toolkit._calibration.fit`), and ``mbu_se`` ... the
+        standard error to compare runs by, the fit's with, for ``mbu`` and ``mfu``, the uncertainty
+        of the measured rate they are shares of added (``mbu_reference_rel_se`` and
+        ``mfu_reference_rel_se``, relative, from ``gpu``'s ``bandwidth_gb_s_se`` and
+        ``fp16_tflops_se``; NaN, and nothing added, where ``gpu`` gives none; see
+        :mod:`toolkit._calibration.reference`); ``residual_rms`` (RMS relative residual over all observations),
         ``ttft_residual_rms``, ``tpot_residual_rms``; ``n_obs``, ``n_ttft``, ``n_tpot``; ``fitted``
         (the names fitted and identified, comma-separated); ``held`` (names asked for but not
-        identified: fitted to a bound, held at that bound; standard error above 25% of the value, or
-        none, held at its default) and
+        identified: fitted to a bound, held at that bound; fit standard error above 25% of the value,
+        or none, held at its default) and
         ``held_reason``; ``condition_number`` (of the Jacobian scaled by the parameters) and
         ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
         ``tensor_parallel``, ``kv_dtype``.
@@ -143,7 +150,11 @@ def calibrate(
 
     result, held = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
     row: dict[str, object] = dict(result.get("params", defaults))
-    row.update({f"{name}_se": result["se"].get(name, np.nan) for name in _fit.PARAMETERS})
+    fit_se = {name: result["se"].get(name, np.nan) for name in _fit.PARAMETERS}
+    rel = reference_rel_se(resolve_gpu(gpu), base)
+    row.update({f"{name}_se": combined_se(row[name], fit_se[name], rel.get(name, np.nan)) for name in fit_se})
+    row.update({f"{name}_fit_se": se for name, se in fit_se.items()})
+    row.update({f"{name}_reference_rel_se": value for name, value in rel.items()})
     row["residual_rms"] = result["rms"]
     row["ttft_residual_rms"] = result["rms_by_kind"].get("ttft", np.nan)
     row["tpot_residual_rms"] = result["rms_by_kind"].get("tpot", np.nan)
@@ -175,15 +186,16 @@ def _identified_fit(
     """Fit, then hold every parameter the data do not identify, one at a time.
 
     A parameter is identified when it fitted inside its bounds and its standard error is at most
-    ``MAX_RELATIVE_SE`` of its value. One that fitted to a bound is held there, first: the data say
-    only that it is small (or large), and its linearised standard error describes a symmetric
-    interval that the bound cuts off, so neither its value nor its interval can be compared with
-    another run's. Holding it at that bound is the bounded fit's own solution, so the other parameters
-    do not move (holding ``serial_share`` at its default 0.3 instead of the 1 a CPU profile fits
-    moved ``mbu`` to its own bound and doubled the residuals, 2026-12-04). Otherwise the worst one
-    (no standard error at all counts as worst) is held at its default and the rest refitted, until
-    every fitted parameter is identified or none is left; a held parameter is never traded silently
-    against another.
+    ``MAX_RELATIVE_SE`` of its value: the fit's own standard error, without the uncertainty of the
+    rate an efficiency is a share of (:mod:`toolkit._calibration.reference` says why). One that
+    fitted to a bound is held there, first: the data say only that it is small (or large), and its
+    linearised standard error describes a symmetric interval that the bound cuts off, so neither its
+    value nor its interval can be compared with another run's. Holding it at that bound is the
+    bounded fit's own solution, so the other parameters do not move (holding ``serial_share`` at its
+    default 0.3 instead of the 1 a CPU profile fits moved ``mbu`` to its own bound and doubled the
+    residuals, 2026-12-04). Otherwise the worst one (no standard error at all counts as worst) is
+    held at its default and the rest refitted, until every fitted parameter is identified or none is
+    left; a held parameter is never traded silently against another.
     """
     names, held, values = list(fit), {}, dict(defaults)
     while names:

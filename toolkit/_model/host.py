@@ -18,6 +18,9 @@ __all__ = ["measure_host"]
 _COPY_BYTES = 256 * 2**20
 _GEMM_N = 2048
 _REPEATS = 3
+# A sample whose rate lies more than this share below the best sample's fell in a dip (best_of_hosts):
+# on this project's 2-core VM the GEMM's dips read 135-234 GFLOP/s against 288-317 outside them.
+DIP_SHARE = 0.2
 
 
 def measure_host() -> pd.DataFrame:
@@ -43,6 +46,9 @@ def measure_host() -> pd.DataFrame:
         - ``fp16_tflops``: ``matmul_gflops / 1000``. The serving model's compute term divides FLOPs
           by ``fp16_tflops``; on a CPU the float32 GEMM rate is the matrix rate that is actually
           available, so it stands in for the accelerator's dense FP16 rate.
+        - ``bandwidth_gb_s_se``, ``fp16_tflops_se``: the standard uncertainty of ``bandwidth_gb_s``
+          and ``fp16_tflops`` (same units); NaN from one sample, whose spread over minutes is not
+          measured (:func:`best_of_hosts` estimates it from several).
         - ``fp8_tflops``: NaN (no FP8 matrix unit is measured).
         - ``memory_gb``: physical memory in GB (1e9 bytes), from ``os.sysconf``.
         - ``cores``: CPUs this process may run on.
@@ -59,6 +65,8 @@ def measure_host() -> pd.DataFrame:
                 "bandwidth_gb_s": bandwidth,
                 "matmul_gflops": gflops,
                 "fp16_tflops": gflops / 1000.0,
+                "bandwidth_gb_s_se": float("nan"),
+                "fp16_tflops_se": float("nan"),
                 "fp8_tflops": float("nan"),
                 "memory_gb": _memory_bytes() / 1e9,
                 "cores": _cores(),
@@ -70,13 +78,30 @@ def measure_host() -> pd.DataFrame:
 
 
 def best_of_hosts(rows: list[pd.DataFrame]) -> pd.DataFrame:
-    """One host row from several ``measure_host()`` rows of the same machine: the best rate of each.
+    """One host row from several ``measure_host()`` rows of the same machine: the best rate of each,
+    with its uncertainty.
 
     A rate measured on a shared or virtual machine dips for seconds at a time (on a 2-core VM, 2 of
     15 GEMM samples taken 5 s apart fell from 300-317 to 165-210 GFLOP/s, one dip, while the copy held
     within 10%). A peak spec is the machine's capability, not one moment's dip, so the best of samples
     spread over a run is the reference efficiencies are shares of: a run whose single sample fell in
     a dip would otherwise report a higher ``mfu`` for the same server.
+
+    That best still moves from run to run, and an efficiency fitted against it moves with it. Its
+    standard uncertainty (type A) is the standard deviation of the samples that did not fall in a
+    dip (those at least ``1 - DIP_SHARE`` of the best): the spread of the machine's rate over the
+    minutes the samples span, with the dips, which say nothing about the capability, left out. The
+    best of ``n`` samples from that spread varies less than one sample does (about 0.75 of the
+    standard deviation for 3 normal samples), so this errs on the wide side. The data it rests on
+    (``tests/benchmarks/bench_host_probe.py``, 12 samples 15 s apart on this project's idle 2-core
+    VM, 2026-12-05 02:05, in reports/bench/host_probe.json): GEMM 291-312 GFLOP/s outside one dip
+    at 234, copies 20.0-23.2 GB/s; the spread of all of them 2.3% (GEMM) and 3.6% (copy) of the
+    best; each window of 3 consecutive samples, as the report takes them, got 0.6-3.8% and
+    2.0-6.5%, while the windows' bests moved by 0.4% and 0.9% (standard deviation over the 4
+    windows), so over minutes the estimate is wide, as the small number of samples (2 degrees of
+    freedom from 3) makes prudent; two report runs in a row saw their GEMM bests 3.6-4.6% apart
+    (2026-12-05 00:11 and 02:01), drift over longer than a window that this estimate does not
+    promise to cover.
 
     Parameters
     ----------
@@ -87,7 +112,9 @@ def best_of_hosts(rows: list[pd.DataFrame]) -> pd.DataFrame:
     -------
     pandas.DataFrame
         The first row with ``bandwidth_gb_s``, ``matmul_gflops`` and ``fp16_tflops`` replaced by their
-        maxima over ``rows``, and ``source`` saying how many samples it is the best of.
+        maxima over ``rows``; ``bandwidth_gb_s_se`` and ``fp16_tflops_se`` their standard
+        uncertainties (NaN with fewer than two samples outside a dip); ``source`` saying how many
+        samples it is the best of.
     """
     if not rows:
         raise ValueError("rows: at least one measure_host() row is required, got none")
@@ -97,8 +124,19 @@ def best_of_hosts(rows: list[pd.DataFrame]) -> pd.DataFrame:
     best = rows[0].copy()
     for column in ("bandwidth_gb_s", "matmul_gflops", "fp16_tflops"):
         best[column] = max(float(row[column].iloc[0]) for row in rows)
+    for column in ("bandwidth_gb_s", "fp16_tflops"):
+        best[f"{column}_se"] = probe_se([float(row[column].iloc[0]) for row in rows])
     best["source"] = f"{best['source'].iloc[0]}; best of {len(rows)} samples"
     return best
+
+
+def probe_se(rates: list[float]) -> float:
+    """The standard uncertainty of the best of ``rates`` (:func:`best_of_hosts`): the standard
+    deviation (``ddof=1``) of the rates at least ``1 - DIP_SHARE`` of the best; NaN with fewer than
+    two of them."""
+    x = np.asarray(rates, dtype=float)
+    top = x[x >= (1 - DIP_SHARE) * x.max()] if x.size else x
+    return float(np.std(top, ddof=1)) if top.size >= 2 else float("nan")
 
 
 def _copy_bandwidth_gb_s() -> float:

@@ -83,6 +83,7 @@ def _parameters(calibration: pd.DataFrame) -> pd.DataFrame:
                 "parameter": name,
                 "value": value,
                 "standard_error": se if name in fitted else np.nan,
+                "fit_standard_error": float(row.get(f"{name}_fit_se", se)) if name in fitted else np.nan,
                 "relative_se": se / abs(value) if name in fitted and value else np.nan,
                 "status": "fitted" if name in fitted else "held at" + reasons.get(name, " its default"),
             }
@@ -111,8 +112,10 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
     row = check.calibration.iloc[0]
     body += (
         "<p><b>2. The fitted parameters</b>, with standard errors; a parameter that fits to a bound of"
-        " its range is held at that bound, and one whose standard error exceeds 25% of its value, or"
-        " that the data do not move, at its default; each says why."
+        " its range is held at that bound, and one whose fit standard error exceeds 25% of its value,"
+        " or that the data do not move, at its default; each says why. The standard errors of mbu and"
+        " mfu include the uncertainty of the host's measured bandwidth and matrix rate, of which they"
+        " are shares (the spread of its samples over the run); fit_standard_error is the fit's alone."
         f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
         f" parameters {row['max_abs_correlation']:.2f}.</p>"
         + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)
