@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sys
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -25,14 +26,14 @@ class OptionalBuildExt(build_ext):
     def run(self):
         try:
             super().run()
-        except Exception as exc:  # no compiler, missing headers: the .py files still work
+        except (Exception, SystemExit) as exc:  # no compiler, missing headers: the .py files still work
             for path in [*self.get_outputs(), _record(self)]:
                 if os.path.exists(path):
                     os.remove(path)
             print(f"toolkit: compiling the event loop failed ({exc}); using the pure-Python modules", file=sys.stderr)
             return
         if self.extensions:  # the sources compiled, for toolkit._queueing.build_check
-            digests = {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest() for p in COMPILED}
+            digests = {os.path.basename(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in COMPILED}
             with open(_record(self), "w") as f:
                 json.dump(digests, f, indent=1)
 
@@ -43,8 +44,11 @@ def _extensions():
     try:
         from mypyc.build import mypycify
 
-        return mypycify(COMPILED, opt_level="3", group_name="toolkit._queueing._compiled")
-    except Exception as exc:
+        # (numpy, imported by piecewise.py, is not in the isolated build environment: mypy treats it as Any)
+        return mypycify(
+            ["--ignore-missing-imports", *COMPILED], opt_level="3", group_name="toolkit._queueing._compiled"
+        )
+    except (Exception, SystemExit) as exc:  # mypy exits on a type error
         print(f"toolkit: mypyc unavailable ({exc}); using the pure-Python modules", file=sys.stderr)
         return []
 
