@@ -21,8 +21,8 @@ __all__: list[str] = []
 
 if stale := stale_compiled():
     warnings.warn(
-        f"toolkit._queueing: the compiled {', '.join(stale)} predate edits of the .py files and run instead of "
-        "them; run `pip install -e .` again (or delete the .so files)",
+        f"toolkit._queueing: {', '.join(stale)} changed since they were compiled, and the compiled modules run "
+        "instead of them; run `pip install -e .` again (or delete the .so files)",
         RuntimeWarning,
         stacklevel=2,
     )

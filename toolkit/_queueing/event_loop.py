@@ -43,7 +43,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
         v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t", "cached")
     )
     replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
-    # (the annotations let a compiled build keep these in machine words: see ``_build.py``)
+    # (the annotations let a compiled build keep these in machine words: see setup.py)
     events: list[tuple[float, int, int]] = eng.events
     versions: list[int] = eng.versions
     reps: list[_Replica] = eng.reps
