@@ -20,7 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _private_modules() -> list[str]:
     names = []
     for info in pkgutil.walk_packages(toolkit.__path__, prefix="toolkit."):
-        if info.name.split(".")[1].startswith("_") and info.name != "toolkit.__main__":
+        # (``*__mypyc``: the shared library of the compiled event loop's build, no source of its own)
+        if (
+            info.name.split(".")[1].startswith("_")
+            and info.name != "toolkit.__main__"
+            and not info.name.endswith("__mypyc")
+        ):
             names.append(info.name)
     return names
 

@@ -9,9 +9,14 @@ from __future__ import annotations
 __all__: list[str] = []
 
 
+# ``int | float`` rather than ``float``: the compiled event loop would pass its ints as floats to ``float``
 def prefill_chunk(
-    left: float, room: float, breaks: tuple[int, ...], done: float = 0, starts: tuple[int, ...] = ()
-) -> float:
+    left: int | float,
+    room: int | float,
+    breaks: tuple[int, ...],
+    done: int | float = 0,
+    starts: tuple[int, ...] = (),
+) -> int | float:
     """Prompt tokens one step prefills of a prompt with ``left`` tokens still to prefill.
 
     Parameters

@@ -7,53 +7,25 @@ from __future__ import annotations
 
 import heapq
 import sys
+import warnings
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from toolkit._queueing.event_loop import _IDLE, _RUN, _STEP, _WAKE, run_events
+from toolkit._queueing.build_check import stale_compiled
+from toolkit._queueing.event_loop import run_events
+from toolkit._queueing.replica import _IDLE, _RUN, _STEP, _WAKE, _Replica
 
 __all__: list[str] = []
 
-
-class _Replica:
-    __slots__ = (
-        "index",
-        "queue",
-        "running",
-        "prefill",
-        "chunked",
-        "heap",
-        "steps",
-        "n_dec",
-        "kv_dec",
-        "kv_used",
-        "phase",
-        "t_start",
-        "run_steps",
-        "fit",
-        "busy_s",
+if stale := stale_compiled():
+    warnings.warn(
+        f"toolkit._queueing: {', '.join(stale)} changed since they were compiled, and the compiled modules run "
+        "instead of them; run `pip install -e .` again (or delete the .so files)",
+        RuntimeWarning,
+        stacklevel=2,
     )
-
-    def __init__(self, index: int, queue: deque):
-        self.index = index
-        self.queue = queue
-        self.running: dict[int, bool] = {}  # admission order; value: decoding (True) or prefilling
-        # [request, tokens left to prefill, tokens prefilled, this step's chunk]; the chunked entries
-        # of a step are always its first ``chunked`` ones
-        self.prefill: deque = deque()
-        self.chunked = 0
-        self.heap: list = []  # (decode step at which it finishes, request, epoch)
-        self.steps = 0  # decode steps taken so far
-        self.n_dec = 0
-        self.kv_dec = 0  # KV tokens of the decoding sequences
-        self.kv_used = 0  # every KV token held or reserved, with paging slack
-        self.phase = _IDLE
-        self.t_start = 0.0
-        self.run_steps = 0
-        self.fit: Any = None  # the step-time fit of the decode run in progress
-        self.busy_s = 0.0
 
 
 class _Engine:

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import math
 from heapq import heappop, heappush, heapreplace
-from typing import Any
+from typing import Any, Final, cast
 
 from toolkit._queueing.chunking import prefill_chunk
+from toolkit._queueing.replica import _IDLE, _RUN, _STEP, _WAKE, _Replica
 
 __all__: list[str] = []
 
-# a replica's phase
-_IDLE, _WAKE, _STEP, _RUN = range(4)
 # requests between progress-bar updates (a power of two)
-_TICK = 1 << 14
-_TICK_MASK = _TICK - 1
+_TICK: Final = 1 << 14
+_TICK_MASK: Final = _TICK - 1
 
 
 def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
@@ -44,36 +43,60 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
         v[k] for k in ("prompt", "output", "arrival", "admit_t", "first_t", "finish_t", "cached")
     )
     replica_of, gen, joined, kv_join, epoch = (v[k] for k in ("replica_of", "gen", "joined", "kv_join", "epoch"))
-    events, versions, reps, clock = eng.events, eng.versions, eng.reps, eng.clock
+    # (the annotations let a compiled build keep these in machine words: see setup.py)
+    events: list[tuple[float, int, int]] = eng.events
+    versions: list[int] = eng.versions
+    reps: list[_Replica] = eng.reps
+    clock = eng.clock
     step_ms, fits, new_fit = clock.step_ms, clock.fits, clock.fit
-    overhead, budget, slack, max_batch = eng.overhead_s, eng.budget, eng.slack, eng.max_batch
-    token_budget, run_cap, closed = eng.token_budget, eng.run_cap, eng.closed_loop
+    overhead: float = eng.overhead_s
+    budget: int = eng.budget
+    slack: int = eng.slack
+    max_batch: int = eng.max_batch
+    token_budget: int = eng.token_budget
+    run_cap: int = eng.run_cap
+    closed: bool = eng.closed_loop
     breaks, starts = eng.breaks, eng.starts
     cut = bool(breaks or starts)
     shared = eng.routing == "shared_queue"
     round_robin, next_rr, n_reps = eng.routing == "round_robin", 0, len(reps)
     # per replica: requests waiting plus running (with a queue per replica, they change only as
     # requests arrive and complete)
-    loads = [0] * n_reps
+    loads: list[int] = [0] * n_reps
     window_request = eng.window_request
-    inf = math.inf
-    n = eng.n
+    inf: float = math.inf
+    n: int = eng.n
     # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine;
     # a closed loop's clients each send one at time 0, the next as the previous one completes
     next_arrival, next_issue = 0, n
     if closed:
-        next_issue = min(concurrency, n)
+        next_issue = min(cast(int, concurrency), n)
         eng.arrival[:next_issue] = 0.0
-    ta = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
+    ta: float = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
     # the current replica, its state in locals (stored back into ``r`` when another replica's event
     # comes first), and the time of its next event (inf: idle)
-    r = reps[0]
-    index, phase, steps, n_dec, kv_dec, kv_used = r.index, r.phase, r.steps, r.n_dec, r.kv_dec, r.kv_used
+    r: _Replica = reps[0]
+    index: int = r.index
+    phase: int = r.phase
+    steps: int = r.steps
+    n_dec: int = r.n_dec
+    kv_dec: int = r.kv_dec
+    kv_used: int = r.kv_used
     heap, running, queue, prefill = r.heap, r.running, r.queue, r.prefill
-    end = inf
+    end: float = inf
+    te: float
+    other: int
+    version: int
+    rid: int
+    j: int
+    k: int
+    completed: int
+    room: int
+    chunk: int
     # now: the time of the event or arrival in hand; last: the latest time a replica fell idle or
     # a heap entry went stale (a shortened run's former end), which bounds the simulation's end
-    now = last = 0.0
+    now: float = 0.0
+    last: float = 0.0
     while True:
         if end >= ta or shared:
             # ---- what comes next: the next arrival, r's next event or another replica's
@@ -242,7 +265,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                 break
             # prefill_chunk's rule, written out where there are no breaks (a call per chunk costs)
             if cut:
-                chunk = prefill_chunk(entry[1], room, breaks, entry[2], starts)
+                chunk = cast(int, prefill_chunk(entry[1], room, breaks, entry[2], starts))
             else:
                 chunk = entry[1] if entry[1] < room else room
             entry[3] = chunk
@@ -264,7 +287,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
             replica_of[rid] = index
             done = cached[rid]
             left = need - done
-            chunk = prefill_chunk(left, room, breaks, done, starts) if cut else left if left < room else room
+            chunk = cast(int, prefill_chunk(left, room, breaks, done, starts)) if cut else left if left < room else room
             prefill.append([rid, left, done, chunk])
             chunked += 1
             p_tokens += chunk
