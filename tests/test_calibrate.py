@@ -206,7 +206,7 @@ def test_an_fp8_matrix_rate_takes_no_uncertainty_from_the_fp16_probe():
     from toolkit._model.resolve import resolve_gpu
 
     spec = resolve_gpu({**_measured_h100(0.03, 0.04), "fp8_tflops": 1979.0})
-    fp8 = reference_rel_se(spec, cost_model("Llama-3.1-8B", spec, "fp8"))
+    fp8 = reference_rel_se(cost_model("Llama-3.1-8B", spec, "fp8"))
     assert math.isnan(fp8["mfu"]) and fp8["mbu"] == pytest.approx(0.03)
 
 

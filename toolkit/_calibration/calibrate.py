@@ -18,7 +18,6 @@ from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
 from toolkit._calibration.reference import combined_se, reference_rel_se
 from toolkit._model.memory import efficiency_value
-from toolkit._model.resolve import resolve_gpu
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import check_breaks
 
@@ -151,7 +150,7 @@ def calibrate(
     result, held = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
     row: dict[str, object] = dict(result.get("params", defaults))
     fit_se = {name: result["se"].get(name, np.nan) for name in _fit.PARAMETERS}
-    rel = reference_rel_se(resolve_gpu(gpu), base)
+    rel = reference_rel_se(base)
     row.update({f"{name}_se": combined_se(row[name], fit_se[name], rel.get(name, np.nan)) for name in fit_se})
     row.update({f"{name}_fit_se": se for name, se in fit_se.items()})
     row.update({f"{name}_reference_rel_se": value for name, value in rel.items()})

@@ -28,7 +28,6 @@ or a spec without those columns has no known reference uncertainty, and nothing 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from toolkit._model.cost import CostModel
 
@@ -38,15 +37,16 @@ __all__: list[str] = []
 SHARES = {"mbu": "bandwidth_gb_s_se", "mfu": "fp16_tflops_se"}
 
 
-def reference_rel_se(gpu: Mapping[str, object], cm: CostModel) -> dict[str, float]:
+def reference_rel_se(cm: CostModel) -> dict[str, float]:
     """The relative standard uncertainty of the reference each of ``SHARES`` is a share of, from the
-    resolved device spec ``gpu`` (NaN where the spec gives none). ``mfu``'s holds only where the cost
-    model's matrix rate is the spec's ``fp16_tflops`` (not an FP8 or FP16-accumulate rate)."""
+    cost model's resolved device spec ``cm.gpu`` (NaN where the spec gives none). ``mfu``'s holds
+    only where the cost model's matrix rate is the spec's ``fp16_tflops`` (not an FP8 or
+    FP16-accumulate rate)."""
     references = {"mbu": ("bandwidth_gb_s", cm.bandwidth_gb_s), "mfu": ("fp16_tflops", cm.tflops)}
     out = {}
     for name, column in SHARES.items():
         rate_column, used = references[name]
-        rate, se = _number(gpu.get(rate_column)), _number(gpu.get(column))
+        rate, se = _number(cm.gpu.get(rate_column)), _number(cm.gpu.get(column))
         out[name] = se / rate if rate > 0 and math.isclose(rate, float(used)) and se >= 0 else math.nan
     return out
 
