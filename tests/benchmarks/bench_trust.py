@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -55,6 +57,12 @@ def _one_run() -> dict:
     start = dt.datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory() as tmp:
         run = _measure_local(Path(tmp))
+        passes = sorted((Path(tmp) / "sweep").glob("pass*/runs.csv"))
+        # each pass's own elasticities: the spread the verdict's interval is made of
+        per_pass = [
+            dict(zip(r["in_flight"].astype(int).astype(str), map(_number, r["elasticity"])))
+            for r in map(pd.read_csv, passes)
+        ]
     check = _trust(run)
     out = {
         "started": start,
@@ -84,7 +92,8 @@ def _one_run() -> dict:
         "elasticity": {
             str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["elasticity"], strict=True)
         },
-        # half-width of each verdict's 95% interval from the repeats' pooled drift (levels docstring)
+        "elasticity_per_pass": per_pass,
+        # half-width of each verdict's 95% interval from the repeats' pooled spread (verdict_interval)
         "elasticity_ci95": {
             str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["elasticity_ci95"], strict=True)
         },

@@ -106,9 +106,9 @@ _DOC = """{summary}
         second of wall clock (failures are misses).
     repeats : int
         Runs per level (1..1000); levels report means and t-based 95% CI half-widths. The repeats
-        are passes over every level (every level once, then every level again), so that their spread
-        holds the server's drift between the minutes at which the levels ran, which is what moves
-        a verdict from one run to the next (``elasticity_ci95``).
+        are passes over every level (every level once, then every level again), so that the spread of
+        their elasticities holds what moves between the minutes at which the levels ran, which is
+        what moves a verdict from one run to the next (``elasticity_ci95``).
     deadline_s : float or None
         Limit for the whole sweep in seconds (> 0); see ``stopped``.
     system_prompt : str or None

@@ -22,8 +22,8 @@ level and level ``k`` the elasticity is ``e = ln(u_k / u_1) / ln(x_k / x_1)``:
 the range so a 30% deviation from either ideal is still named after it). The first level reads
 ``baseline``. A verdict that the measurement cannot support reads ``inconclusive``: the level is
 ``noisy`` (its repeats' decode throughputs spread by more than ``NOISY_TOLERANCE`` of their median),
-its elasticity's 95% interval (``elasticity_ci95``: the host's drift between levels, measured by
-the repeats, :mod:`toolkit._sweep.verdict_interval`) or its repeats' elasticities cross a threshold,
+its elasticity's 95% interval (``elasticity_ci95``: how far its repeats' elasticities spread,
+pooled over the levels, :mod:`toolkit._sweep.verdict_interval`) or its repeats' elasticities cross a threshold,
 or, from one repeat, the elasticity lies within ``VERDICT_MARGIN`` of a threshold (one run cannot
 tell 0.68 from 0.72). Checks: the vLLM reference sweep (32 lanes, RTX PRO 6000) grows from 13.4 to 21.6 ms per
 token between limits 1 and 32, e = 0.14, batching; the 2-core llama-server run in issue 5 grows its
@@ -241,7 +241,7 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
 
     ``wall_s_ci95`` and ``dec_tok_s_ci95`` are ``t(0.975, n-1) * s / sqrt(n)`` over the ``n`` finite
     repeats (NaN below two); ``elasticity_ci95`` is the half-width of the elasticity's 95% interval
-    from the repeats' pooled drift (:mod:`toolkit._sweep.verdict_interval`; NaN without repeats).
+    from the repeats' pooled spread (:mod:`toolkit._sweep.verdict_interval`; NaN without repeats).
     """
     if not len(runs):
         return pd.DataFrame(columns=AGGREGATE_COLUMNS)
@@ -264,7 +264,7 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
         row["reason"] = "; ".join(dict.fromkeys(r for r in group["reason"].fillna("") if r))
         rows.append(row)
     levels = add_relative(pd.DataFrame(rows), closed_loop=closed_loop)
-    levels["elasticity_ci95"] = elasticity_ci95(runs, levels, keys, closed_loop=closed_loop)
+    levels["elasticity_ci95"] = elasticity_ci95(runs, levels, keys)
     half = levels["elasticity_ci95"].fillna(0.0)
     levels["verdict"] = [
         _inconclusive(

@@ -127,7 +127,7 @@ class _Plan:
             prompts=list(a["prompts"]),
             messages=messages,
             # repeats as passes over every level (every level once, then every level again), so that the
-            # spread of a level's repeats holds the host's drift between the levels' minutes
+            # spread of the repeats' elasticities holds what moves between the levels' minutes
             levels=[_Level(k, r, rep) for rep in range(1, repeats + 1) for k, r in keys],
             closed_loop=closed_loop,
             max_tokens=check_int("max_tokens", a["max_tokens"], low=1, high=1_000_000),

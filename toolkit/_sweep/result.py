@@ -109,10 +109,10 @@ def combine_passes(passes: Sequence[SweepResult]) -> SweepResult:
     """One sweep from passes over the same levels run at different times: the repeats of each pass
     numbered on from the previous pass's (from 1), the levels aggregated over all of them.
 
-    Spreading the repeats of a level over a run, rather than running them back to back, puts the
-    host's drift between the minutes at which the levels are measured into the spread of the
-    repeats, which is what the verdict's interval (:mod:`toolkit._sweep.verdict_interval`) stands
-    for. The passes must share their parameters but for ``repeats``; ``stopped`` is the first pass's
+    Spreading the repeats of a level over a run, rather than running them back to back, puts what
+    moves between the minutes at which the levels are measured into the spread of the repeats'
+    elasticities, which is what the verdict's interval (:mod:`toolkit._sweep.verdict_interval`)
+    stands for. The passes must share their parameters but for ``repeats``; ``stopped`` is the first pass's
     reason to stop early, if any.
     """
     if not passes:

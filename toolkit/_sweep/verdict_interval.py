@@ -1,55 +1,121 @@
 """How far a level's batching elasticity can move from one run to the next: the verdict's interval.
 
-The host's speed moves between the minutes at which two levels are measured (on this project's idle
-2-core VM a decode step moved 6-13% from one half-minute to the next, 2026-12-04), and an elasticity
-(:mod:`toolkit._sweep.levels`) is a ratio of two levels' lane times, so that drift moves it by
-``ln(1 + drift) / ln(x_k / x_1)``: most at 2 in flight. With two or more repeats per level the drift
-is measured: ``s`` is the pooled standard deviation of ``ln u`` over the repeats of every level (the
-host's drift is the same whatever the level), and the level's elasticity (from the repeats' mean
-``u``) carries the half-width ``t(0.975, df) * s * sqrt(1/n_k + 1/n_1) / ln(x_k / x_1)``, ``df`` the
-pooled degrees of freedom. A verdict whose interval crosses a threshold reads ``inconclusive``: it
-would flip from one run to the next.
+Within a run. Each repeat of a sweep is a pass over every level and has its own elasticity at each
+level, against its own first level (:mod:`toolkit._sweep.levels`). ``s`` is the standard deviation of
+those per-repeat elasticities pooled over every level but the first (each level about its own mean,
+``df`` the pooled degrees of freedom); a level's elasticity, from the repeats' mean lane time (close
+to the mean of its repeats' elasticities), has the standard error ``s / sqrt(n)`` over its ``n``
+repeats. The spread is pooled in elasticity units because that is how it behaves: on this project's
+idle 2-core VM one server's two passes back to back read 0.694 and 0.594 at 2 in flight and 0.739
+and 0.702 at 8 while their first levels agreed to 3% (2026-12-05). What moves from pass to pass is
+how well the server batches, not only the host's speed; a speed change common to a whole pass
+cancels from each pass's elasticity. An earlier interval, the spread of ``ln u`` divided by
+``ln(x_k / x_1)`` (a drift in the host's speed), came out a quarter as wide at 8 in flight, and 27%
+of its intervals over ten idle runs (2026-12-04 23:28 to 2026-12-05 03:06) missed the other nine
+runs' mean.
 
-The repeats measure that drift only if they are as far apart in time as the levels being compared:
-repeats run back to back (seconds apart) agree to a percent or two while the levels they are
-compared with ran minutes apart. A sweep's repeats are therefore passes over every level (every
-level once, then every level again; :mod:`toolkit._sweep.plan`), and the report spreads its two
-passes over the whole run (:func:`toolkit._sweep.result.combine_passes`), so that the spread of a
-level's repeats is the between-pass variance, drift over minutes included. A speed change common to
-a whole pass cancels from the elasticity and still widens ``s``; drift within a pass, between the
-levels it compares, does not cancel and is of the same size over the same minutes, so the interval
-errs on the wide side, as a verdict that must not flip between runs should.
+Between runs. Runs still differ by more than their own passes say: over the nine idle runs in
+``verdict_runs.csv`` (package data; each run its own server, two passes), weighting each run by its
+own standard error, Cochran's Q is 45, 22 and 17 at 2, 4 and 8 in flight on 8 degrees of freedom
+each (about 8 if the runs agreed within their errors); two passes that happen to agree closely give
+a run an interval that the next run misses. The between-run standard deviation ``tau`` is the
+DerSimonian-Laird random-effects estimate over those runs (DerSimonian and Laird, "Meta-analysis in
+clinical trials", Controlled Clinical Trials 7, 1986), one ``tau`` for every level, each level with
+its own mean, with one degree of freedom per run but one: 0.018 (8 degrees of freedom). A level's 95% half-width combines both in
+quadrature, ``t(0.975, nu) * sqrt(s**2 / n + tau**2)``, ``nu`` by Welch-Satterthwaite (GUM, JCGM
+100:2008, G.4). It is an interval for the server's elasticity, not only this run's, and a verdict
+whose interval crosses a threshold reads ``inconclusive`` rather than flip between runs. ``tau`` was
+measured on one host and one server: a server whose runs agree better is judged conservatively.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from toolkit._data import load_csv
+
+if TYPE_CHECKING:
+    from pandas.core.groupby import SeriesGroupBy
+
 __all__: list[str] = []
 
+RECORDED_RUNS = "verdict_runs.csv"
 
-def elasticity_ci95(runs: pd.DataFrame, levels: pd.DataFrame, keys: list[str], *, closed_loop: bool) -> np.ndarray:
-    """Half-width of each level's elasticity 95% interval from the pooled spread of ``ln u`` over the
-    repeats of all levels (module docstring); NaN for the first level and without repeats.
 
-    ``runs`` are the level runs (one row per level and repeat, ``llm_ms_per_token``), ``levels``
-    their aggregate in the same order of ``keys``, with ``in_flight``, ``lanes`` and
-    ``achieved_concurrency``."""
-    log_u = np.log(runs["llm_ms_per_token"].where(runs["llm_ms_per_token"] > 0))
-    grouped = log_u.groupby([runs[k] for k in keys], sort=False, dropna=False)
-    df = int((grouped.count() - 1).clip(lower=0).sum())
-    out = np.full(len(levels), math.nan)
-    if df < 1 or not len(levels):
-        return out
-    s = math.sqrt(float(grouped.var(ddof=1).mul(grouped.count() - 1).sum()) / df)
+def elasticity_ci95(runs: pd.DataFrame, levels: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Half-width of each level's elasticity 95% interval: the spread of its repeats' elasticities
+    pooled over the levels, and the spread between runs (module docstring); NaN for the first level
+    and without repeats.
+
+    ``runs`` are the level runs (one row per level and repeat, with each repeat's ``elasticity``),
+    ``levels`` their aggregate in the same order of ``keys``."""
+    e = runs["elasticity"].astype(float)
+    grouped = e.where(np.isfinite(e)).groupby([runs[k] for k in keys], sort=False, dropna=False)
     n = grouped.count().to_numpy(dtype=float)  # same order as the levels (both sort=False)
-    x = np.minimum(levels["in_flight"], levels["lanes"]) if closed_loop else levels["achieved_concurrency"]
-    x = x.to_numpy(dtype=float)
+    s, df = pooled_sd(grouped)
+    out = np.full(len(levels), math.nan)
+    if df < 1 or len(n) != len(levels):
+        return out
+    tau, df_tau = between_runs_sd()
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = stats.t.ppf(0.975, df) * s * np.sqrt(1 / n + 1 / n[0]) / np.abs(np.log(x / x[0]))
+        out = combined_ci95(s / np.sqrt(n), df, tau, df_tau)
     out[0] = math.nan
-    return np.where(np.isfinite(out), out, math.nan)
+    return np.where(np.isfinite(out) & (n > 0), out, math.nan)
+
+
+def pooled_sd(grouped: SeriesGroupBy) -> tuple[float, int]:
+    """Standard deviation pooled over groups, each about its own mean, and its degrees of freedom
+    (``nan, 0`` when no group has two values)."""
+    n = grouped.count()
+    df = int((n - 1).clip(lower=0).sum())
+    if df < 1:
+        return math.nan, 0
+    return math.sqrt(float(grouped.var(ddof=1).fillna(0.0).mul((n - 1).clip(lower=0)).sum()) / df), df
+
+
+def combined_ci95(se_within: np.ndarray, df: int, tau: float, df_tau: int) -> np.ndarray:
+    """95% half-widths of a within-run standard error (``df`` degrees of freedom) and a between-run
+    standard deviation ``tau`` (``df_tau``) combined in quadrature, with Welch-Satterthwaite degrees
+    of freedom."""
+    se_within = np.asarray(se_within, dtype=float)
+    variance = se_within**2 + tau**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nu = variance**2 / (se_within**4 / df + (tau**4 / df_tau if df_tau else 0.0))
+        return np.where(variance == 0, 0.0, stats.t.ppf(0.975, nu) * np.sqrt(variance))
+
+
+@cache
+def between_runs_sd() -> tuple[float, int]:
+    """The between-run standard deviation of an elasticity and its degrees of freedom (runs - 1),
+    from the passes recorded in ``verdict_runs.csv`` (module docstring)."""
+    rows = load_csv(RECORDED_RUNS)
+    estimates, standard_errors, levels = [], [], []
+    for _, run in rows.groupby("run", sort=False):
+        s, _ = pooled_sd(run.groupby("in_flight")["elasticity"])
+        for level, part in run.groupby("in_flight"):
+            estimates.append(part["elasticity"].mean())
+            standard_errors.append(s / math.sqrt(len(part)))
+            levels.append(level)
+    tau2 = dersimonian_laird_tau2(np.array(estimates), np.array(standard_errors), np.array(levels))
+    return math.sqrt(tau2), int(rows["run"].nunique()) - 1
+
+
+def dersimonian_laird_tau2(estimates: np.ndarray, standard_errors: np.ndarray, groups: np.ndarray) -> float:
+    """DerSimonian-Laird between-study variance, one for all ``groups``, each group with its own mean.
+
+    With weights ``w = 1 / se**2``, per group ``Q = sum(w (y - ybar_w)**2)`` and
+    ``C = sum(w) - sum(w**2) / sum(w)``: ``tau2 = max(0, (sum Q - sum(k - 1)) / sum C)``.
+    """
+    q = c = dof = 0.0
+    for group in np.unique(groups):
+        y, w = estimates[groups == group], 1 / standard_errors[groups == group] ** 2
+        q += float((w * (y - (w * y).sum() / w.sum()) ** 2).sum())
+        c += float(w.sum() - (w**2).sum() / w.sum())
+        dof += len(y) - 1
+    return max(0.0, (q - dof) / c) if c > 0 else 0.0
