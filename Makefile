@@ -13,7 +13,10 @@ LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_B
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# the modules setup.py compiles with mypyc (its COMPILED): an edited one is compiled again
+COMPILED := toolkit/_queueing/event_loop.py toolkit/_queueing/replica.py toolkit/_queueing/piecewise.py
+
+$(STAMP): pyproject.toml setup.py $(COMPILED)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) \
