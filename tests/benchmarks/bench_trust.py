@@ -31,8 +31,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -49,6 +47,8 @@ def _number(value: object) -> object:
 
 
 def _one_run() -> dict:
+    from bench_verdict import pass_elasticities
+
     from toolkit._report.measure import _measure_local
     from toolkit._report.trust_section import _trust, profile_cells
     from toolkit._validation.trust import busy_reason
@@ -57,12 +57,7 @@ def _one_run() -> dict:
     start = dt.datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory() as tmp:
         run = _measure_local(Path(tmp))
-        passes = sorted((Path(tmp) / "sweep").glob("pass*/runs.csv"))
-        # each pass's own elasticities: the spread the verdict's interval is made of
-        per_pass = [
-            dict(zip(r["in_flight"].astype(int).astype(str), map(_number, r["elasticity"])))
-            for r in map(pd.read_csv, passes)
-        ]
+        per_pass = pass_elasticities(Path(tmp))
     check = _trust(run)
     out = {
         "started": start,
@@ -92,6 +87,7 @@ def _one_run() -> dict:
         "elasticity": {
             str(int(k)): _number(v) for k, v in zip(run.levels["in_flight"], run.levels["elasticity"], strict=True)
         },
+        # each pass's own elasticities: the spread the verdict's interval is made of
         "elasticity_per_pass": per_pass,
         # half-width of each verdict's 95% interval from the repeats' pooled spread (verdict_interval)
         "elasticity_ci95": {

@@ -24,9 +24,11 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,58 +38,59 @@ OUT = ROOT / "reports" / "bench"
 INSTANCES = 4
 
 
-def _one_run() -> dict:
-    from toolkit._report.measure import LOCAL_SWEEP
-    from toolkit._sweep import host_state
-    from toolkit._sweep.api import run_sweep
-    from toolkit._sweep.llama_server import LlamaServer
-    from toolkit._sweep.prompts import lane_prompts
-    from toolkit._sweep.result import combine_passes
+def pass_elasticities(out: Path) -> list[dict]:
+    """Each pass's own elasticities by in-flight limit (None where unknown) from the pass folders a
+    report-style sweep wrote under ``out/sweep``: the spread the verdict's interval is made of."""
+    passes = [pd.read_csv(path) for path in sorted((out / "sweep").glob("pass*/runs.csv"))]
+    return [
+        {str(int(k)): (None if pd.isna(e) else round(float(e), 6)) for k, e in zip(p["in_flight"], p["elasticity"])}
+        for p in passes
+    ]
 
-    system_prompt, prompts = lane_prompts(LOCAL_SWEEP["lanes"])
+
+def _one_run() -> dict:
+    from toolkit._report.measure import LOCAL_SWEEP, _measure
+    from toolkit._sweep.llama_server import LlamaServer
+
     started = dt.datetime.now().isoformat(timespec="seconds")
-    with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
-        before = host_state.sample(server.pid)
-        passes = [
-            run_sweep(
-                server.base_url,
-                None,
-                prompts,
-                limits=LOCAL_SWEEP["limits"],
-                max_tokens=LOCAL_SWEEP["max_tokens"],
-                system_prompt=system_prompt,
-                progress=False,
-            )
-            for _ in range(LOCAL_SWEEP["repeats"])
-        ]
-        state = host_state.conditions(before, host_state.sample(server.pid))
-    combined = combine_passes(passes).levels
-    combined = combined[combined["in_flight"] > 1]
+    load_before = os.getloadavg()[0]
+    with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server, tempfile.TemporaryDirectory() as tmp:
+        # the report's sweep, its passes back to back (nothing between them)
+        run = _measure(
+            server.base_url,
+            None,
+            None,
+            Path(tmp),
+            LOCAL_SWEEP,
+            "bench_verdict",
+            server_pid=server.pid,
+            between=lambda: None,
+        )
+        per_pass = pass_elasticities(Path(tmp))
+    combined = run.levels[run.levels["in_flight"] > 1]
     levels = combined["in_flight"].astype(int).astype(str).tolist()
     return {
         "started": started,
-        "load_1m_before": round(state["load_1m_before"], 2),
-        "other_cpu_share": round(state["other_cpu_share"], 4),
-        "busy": bool(state["busy"]),
-        "elasticity_per_pass": [
-            dict(zip(levels, p.levels.loc[p.levels["in_flight"] > 1, "elasticity"].round(4).tolist())) for p in passes
-        ],
+        "load_1m_before": round(load_before, 2),
+        "other_cpu_share": round(run.others["sweep"], 4),
+        "busy": "warning" in run.conditions,
+        "elasticity_per_pass": per_pass,
         "elasticity": dict(zip(levels, combined["elasticity"].round(4).tolist())),
         "elasticity_ci95": dict(zip(levels, combined["elasticity_ci95"].round(4).tolist())),
-        "df": int((len(passes) - 1) * len(levels)),
+        "df": int((len(per_pass) - 1) * len(levels)),
         "verdicts": dict(zip(levels, combined["verdict"].tolist())),
     }
 
 
 def summarize(runs: list[dict]) -> dict:
     """Cochran's Q per level, leave-one-out coverage and pair agreement over ``runs`` (module docstring)."""
+    from toolkit._sweep.verdict_interval import cochran_q
+
     levels = list(runs[0]["elasticity"])
     e = np.array([[r["elasticity"][k] for k in levels] for r in runs])
     half = np.array([[r["elasticity_ci95"][k] for k in levels] for r in runs])
     se = half / stats.t.ppf(0.975, np.array([[r["df"]] for r in runs]))
-    w = 1 / se**2
-    mean = (w * e).sum(axis=0) / w.sum(axis=0)
-    q = (w * (e - mean) ** 2).sum(axis=0)
+    q = np.array([cochran_q(e[:, j], se[:, j])[0] for j in range(len(levels))])
     others = (e.sum(axis=0) - e) / (len(runs) - 1)
     covered = np.abs(e - others) <= half
     pairs = list(itertools.combinations(runs, 2))

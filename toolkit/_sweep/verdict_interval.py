@@ -59,14 +59,13 @@ def elasticity_ci95(runs: pd.DataFrame, levels: pd.DataFrame, keys: list[str]) -
     grouped = e.where(np.isfinite(e)).groupby([runs[k] for k in keys], sort=False, dropna=False)
     n = grouped.count().to_numpy(dtype=float)  # same order as the levels (both sort=False)
     s, df = pooled_sd(grouped)
-    out = np.full(len(levels), math.nan)
-    if df < 1 or len(n) != len(levels):
-        return out
+    if df < 1:
+        return np.full(len(levels), math.nan)
     tau, df_tau = between_runs_sd()
     with np.errstate(divide="ignore", invalid="ignore"):
         out = combined_ci95(s / np.sqrt(n), df, tau, df_tau)
     out[0] = math.nan
-    return np.where(np.isfinite(out) & (n > 0), out, math.nan)
+    return np.where(np.isfinite(out), out, math.nan)
 
 
 def pooled_sd(grouped: SeriesGroupBy) -> tuple[float, int]:
@@ -107,15 +106,21 @@ def between_runs_sd() -> tuple[float, int]:
 
 
 def dersimonian_laird_tau2(estimates: np.ndarray, standard_errors: np.ndarray, groups: np.ndarray) -> float:
-    """DerSimonian-Laird between-study variance, one for all ``groups``, each group with its own mean.
-
-    With weights ``w = 1 / se**2``, per group ``Q = sum(w (y - ybar_w)**2)`` and
-    ``C = sum(w) - sum(w**2) / sum(w)``: ``tau2 = max(0, (sum Q - sum(k - 1)) / sum C)``.
-    """
+    """DerSimonian-Laird between-study variance, one for all ``groups``, each group with its own mean:
+    ``tau2 = max(0, (sum Q - sum(k - 1)) / sum C)`` over the groups (:func:`cochran_q`)."""
     q = c = dof = 0.0
     for group in np.unique(groups):
-        y, w = estimates[groups == group], 1 / standard_errors[groups == group] ** 2
-        q += float((w * (y - (w * y).sum() / w.sum()) ** 2).sum())
-        c += float(w.sum() - (w**2).sum() / w.sum())
-        dof += len(y) - 1
+        in_group = groups == group
+        q_group, c_group = cochran_q(estimates[in_group], standard_errors[in_group])
+        q, c, dof = q + q_group, c + c_group, dof + in_group.sum() - 1
     return max(0.0, (q - dof) / c) if c > 0 else 0.0
+
+
+def cochran_q(estimates: np.ndarray, standard_errors: np.ndarray) -> tuple[float, float]:
+    """Cochran's Q of estimates about their inverse-variance weighted mean, and DerSimonian-Laird's
+    ``C``: with ``w = 1 / se**2``, ``Q = sum(w (y - ybar_w)**2)``, ``C = sum(w) - sum(w**2) / sum(w)``.
+    Q is about ``k - 1`` for ``k`` estimates that differ only by their standard errors."""
+    w = 1 / np.asarray(standard_errors, dtype=float) ** 2
+    y = np.asarray(estimates, dtype=float)
+    q = float((w * (y - (w * y).sum() / w.sum()) ** 2).sum())
+    return q, float(w.sum() - (w**2).sum() / w.sum())
