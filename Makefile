@@ -13,10 +13,11 @@ LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_B
 
 install: $(STAMP)
 
-# the modules setup.py compiles with mypyc (its COMPILED): an edited one is compiled again
-COMPILED := toolkit/_queueing/event_loop.py toolkit/_queueing/replica.py toolkit/_queueing/piecewise.py
+# the modules setup.py compiles with mypyc (toolkit/_queueing/compiled.txt): an edited one, or an
+# edited list, is compiled again
+COMPILED := $(addprefix toolkit/_queueing/,$(shell cat toolkit/_queueing/compiled.txt))
 
-$(STAMP): pyproject.toml setup.py $(COMPILED)
+$(STAMP): pyproject.toml setup.py toolkit/_queueing/compiled.txt $(COMPILED)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) \

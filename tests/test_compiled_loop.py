@@ -7,7 +7,7 @@ import json
 
 from toolkit._queueing import build_check
 
-MODULES = ("event_loop", "replica", "piecewise")
+MODULES = tuple(name.removesuffix(".py") for name in build_check.COMPILED)
 
 
 def _compiled(name: str) -> bool:
@@ -17,6 +17,11 @@ def _compiled(name: str) -> bool:
 
 def test_compiled_modules_are_built_from_the_current_sources():
     assert build_check.stale_compiled() == [], "rebuild with `pip install -e .`"
+
+
+def test_the_list_names_the_event_loop_and_existing_modules():
+    assert "event_loop.py" in build_check.COMPILED
+    assert all((build_check._HERE / name).is_file() for name in build_check.COMPILED)
 
 
 def test_a_build_record_exists_exactly_when_the_modules_are_compiled():

@@ -16,6 +16,8 @@ __all__: list[str] = []
 
 _HERE = Path(__file__).parent
 RECORD = _HERE / "_compiled_sources.json"
+# the modules setup.py compiles, the list the Makefile reads too
+COMPILED = tuple((_HERE / "compiled.txt").read_text().split())
 
 
 def stale_compiled() -> list[str]:
