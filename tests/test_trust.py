@@ -12,7 +12,8 @@ import toolkit as tk
 from toolkit._report.conclusion import _verdict
 from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section, profile_cells
-from toolkit._validation.trust import _shape, busy_reason, cell_fit, replay_accuracy, trust_check
+from toolkit._validation.replay_check import replay_accuracy
+from toolkit._validation.trust import _settled, _shape, busy_reason, cell_fit, trust_check
 
 
 def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:
@@ -221,3 +222,10 @@ def test_profile_of_the_real_llama_server(llama_server):
     assert set(fit["fitted"].iloc[0].split(",") + fit["held"].iloc[0].split(",")) - {""} == {
         "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share", "batched_mbu_factor"
     }  # fmt: skip
+
+
+def test_a_replay_interval_across_the_bar_is_said_not_to_settle_it():
+    # the bar is 15%: an interval on one side of it settles the check, one across it does not
+    assert _settled((0.05, 0.12)) == ""
+    assert _settled((0.16, 0.30)) == ""
+    assert "across the 15% bar" in _settled((0.11, 0.26))

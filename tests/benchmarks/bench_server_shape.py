@@ -87,7 +87,7 @@ def _replays(server, host) -> list[dict]:
     from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._validation.trust import replay_accuracy
+    from toolkit._validation.replay_check import replay_accuracy
 
     profiled = tk.profile(server=server, progress=False)
     calibration = tk.calibrate(

@@ -115,6 +115,7 @@ def _one_run() -> dict:
             "condition_number": _number(row["condition_number"]),
             "sweep_median_abs_error": _number(check.sweep_median_error),
             "replay_median_abs_error": _number(check.replay_median_error),
+            "replay_median_abs_error_ci95": [_number(v) for v in check.replay_median_error_ci95],
             "profile_fit_max_abs_error": _number(check.cell_fit["rel_err"].abs().max()),
             "profile_fit": check.cell_fit.map(_number).to_dict(orient="records"),
             "sweep_accuracy": check.sweep_accuracy.map(_number).to_dict(orient="records"),

@@ -144,7 +144,10 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
             "<p><b>4. Held-out production traffic.</b> A slice of a production trace replayed against"
             f" the server ({html.escape(run.conditions.get('held-out traffic', ''))}), and the same"
             " requests simulated with the calibrated model: median |error| over p50 and p90 of TTFT, TPOT"
-            f" and E2E {check.replay_median_error:.0%}.</p>"
+            f" and E2E {check.replay_median_error:.0%}, {check.replay_median_error_ci95[0]:.0%}-"
+            f"{check.replay_median_error_ci95[1]:.0%} with 95% confidence over the requests replayed (the same"
+            " requests resampled for the prediction and the measurement; the interval does not hold a drift of"
+            " the server's speed between the profile and the replay).</p>"
             + _table_html(
                 check.replay_accuracy, "Trace replay: predicted against measured", "replay_accuracy.csv", open_=True
             )

@@ -26,9 +26,9 @@ from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._calibration.fit import predict_ms
 from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
-from toolkit._queueing.simulator import simulate
 from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
 from toolkit._validation.closed_loop import _predict, _Recorded
+from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison
 
 __all__: list[str] = []
 
@@ -36,8 +36,6 @@ __all__: list[str] = []
 # |error| over the sweep's output tokens/s and TPOT, and over the replay's p50 and p90 of TTFT, TPOT
 # and E2E (issue 16).
 TRUSTED_MEDIAN_ERROR = 0.15
-REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
-REPLAY_PERCENTILES = (50, 90)
 FITTED = "fitted on the profile"
 
 
@@ -57,7 +55,8 @@ class TrustCheck:
     replay_accuracy : pandas.DataFrame or None
         One row per metric and percentile: ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``,
         ``output_tok_s``), ``percentile`` (50, 90; NaN for the throughput), ``predicted``,
-        ``measured``, ``rel_err``.
+        ``measured``, ``rel_err``, and ``rel_err_low``/``rel_err_high``, its 95% interval over the
+        replayed requests (NaN for the throughput).
     sweep_median_error, replay_median_error : float
         Median |rel_err| over the sweep's ``dec_tok_s`` and ``tpot_ms``, and over the replay's
         latency percentiles.
@@ -65,6 +64,9 @@ class TrustCheck:
         Why no fit is presented (a busy host), else empty.
     sentence : str
         Whether the model can be trusted for this server, and where it cannot.
+    replay_median_error_ci95 : tuple of float
+        The 95% interval of ``replay_median_error`` over the replayed requests
+        (:mod:`toolkit._validation.replay_interval`); NaN without a replay.
     """
 
     calibration: pd.DataFrame | None
@@ -75,6 +77,7 @@ class TrustCheck:
     replay_median_error: float
     refused: str
     sentence: str
+    replay_median_error_ci95: tuple[float, float]
 
 
 def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -> str:
@@ -126,7 +129,7 @@ def trust_check(
     prompt without their position in it).
     """
     if refused:
-        return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused)
+        return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused, (np.nan, np.nan))
     starts = {"prefill_start_breaks": prefill_start_breaks}
     fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
     cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks, **starts)
@@ -140,14 +143,14 @@ def trust_check(
     sweep = pd.concat(tables, ignore_index=True)
     calibrated = sweep[sweep["calibration"].eq(FITTED)]
     sweep_err = float(calibrated.loc[calibrated["metric"].isin(["dec_tok_s", "tpot_ms"]), "rel_err"].abs().median())
-    replay, replay_err = None, np.nan
+    replay, replay_err, replay_ci = None, np.nan, (np.nan, np.nan)
     if replay_requests is not None:
         cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
-        replay = replay_accuracy(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
+        replay, replay_ci = _replay_comparison(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
         latency = replay[replay["metric"].isin(REPLAY_METRICS)]
         replay_err = float(latency["rel_err"].abs().median())
-    sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err)
-    return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence)
+    sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci)
+    return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence, replay_ci)
 
 
 def cell_fit(
@@ -184,56 +187,7 @@ def cell_fit(
     return cells
 
 
-def replay_accuracy(
-    requests: pd.DataFrame,
-    cm: object,
-    *,
-    max_batch: int,
-    max_num_batched_tokens: int = 2048,
-    prefill_breaks: tuple[int, ...] = (),
-    prefill_start_breaks: tuple[int, ...] = (),
-) -> pd.DataFrame:
-    """Simulate a replay's successful requests as the server saw them and compare percentiles.
-
-    Each request is simulated with the prompt tokens the server counted and the ones it found
-    cached (``cached_tokens``: held and attended to, never prefilled, and where its prefill starts).
-    """
-    ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
-    prompt = np.maximum(ok["prompt_tokens"].round(), 1).astype(int)
-    cached = np.minimum(ok["cached_tokens"].fillna(0.0).clip(lower=0).round(), prompt - 1).astype(int)
-    trace = pd.DataFrame(
-        {
-            "arrival_s": ok["sent_s"].to_numpy(float) - float(ok["sent_s"].min()),
-            "prompt_tokens": prompt,
-            "cached_tokens": cached,
-            "output_tokens": np.maximum(ok["output_tokens"].round(), 1).astype(int),
-        }
-    )
-    result = simulate(
-        None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
-        max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
-        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
-    )  # fmt: skip
-    sim = result.requests
-    predicted = {"ttft_ms": sim["ttft_s"] * 1e3, "tpot_ms": sim["tpot_s"] * 1e3, "e2e_ms": sim["e2e_s"] * 1e3}
-    rows = []
-    for metric in REPLAY_METRICS:
-        for q in REPLAY_PERCENTILES:
-            p = float(np.nanpercentile(predicted[metric], q))
-            m = float(np.nanpercentile(ok[metric].to_numpy(float), q))
-            rows.append({"metric": metric, "percentile": q, "predicted": p, "measured": m})
-    sim_wall = float((sim["arrival_s"] + sim["e2e_s"]).max())
-    real_wall = float((ok["sent_s"] + ok["e2e_ms"] / 1e3).max() - ok["sent_s"].min())
-    tokens = float(trace["output_tokens"].sum())
-    rows.append(
-        {"metric": "output_tok_s", "percentile": np.nan, "predicted": tokens / sim_wall, "measured": tokens / real_wall}
-    )
-    out = pd.DataFrame(rows)
-    out["rel_err"] = (out["predicted"] - out["measured"]) / out["measured"].where(out["measured"] != 0)
-    return out
-
-
-def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err) -> str:
+def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci) -> str:
     held = str(fitted["held"].iloc[0])
     errors = [sweep_err] + ([replay_err] if replay is not None else [])
     trusted = all(np.isfinite(e) and e <= TRUSTED_MEDIAN_ERROR for e in errors)
@@ -246,7 +200,8 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err) -> str:
             miss["metric"] if not np.isfinite(miss["percentile"]) else f"p{int(miss['percentile'])} {miss['metric']}"
         )
         parts.append(
-            f"trace replay {replay_err:.0%} (p50 and p90 of TTFT, TPOT, E2E; largest: {label} {miss['rel_err']:+.0%})"
+            f"trace replay {replay_err:.0%} (p50 and p90 of TTFT, TPOT, E2E; largest: {label} {miss['rel_err']:+.0%};"
+            f" 95% interval over its requests {replay_ci[0]:.0%}-{replay_ci[1]:.0%}{_settled(replay_ci)})"
         )
     verdict = (
         f"The calibrated model can be trusted for this server to about {TRUSTED_MEDIAN_ERROR:.0%}"
@@ -257,6 +212,14 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err) -> str:
     what = ", ".join(r.split(":")[0] for r in str(fitted["held_reason"].iloc[0]).split("; ") if r)
     held_text = f"; {what}" if held else "; every fitted parameter identified"
     return f"{verdict}: {', '.join(parts)}; {where}{held_text}.{_shape(cells)}"
+
+
+def _settled(interval: tuple[float, float]) -> str:
+    """Empty when the replay's interval lies on one side of the bar, else a clause saying it does not."""
+    low, high = interval
+    if low <= TRUSTED_MEDIAN_ERROR < high:
+        return f", across the {TRUSTED_MEDIAN_ERROR:.0%} bar: a longer replay would settle it"
+    return ""
 
 
 def _shape(cells: pd.DataFrame) -> str:

@@ -1,0 +1,159 @@
+"""The held-out replay's check: the replayed requests simulated as the server saw them, their
+percentiles compared with the measured ones, and how precisely one replay measures that error.
+
+A replay of a few dozen requests fixes its percentiles loosely: which requests happen to land at
+the 90th percentile of TTFT moves it by tens of percent. The model's prediction and the measurement
+come from the same requests, so both are resampled together (the same requests drawn, with
+replacement, for the predicted and the measured percentile), and the error of each percentile, and
+the median |error| over them, is recomputed on every resample (Efron and Tibshirani, *An
+Introduction to the Bootstrap*, 1993, ch. 13: the percentile interval). The interval says how far
+another slice of the same traffic could move the error; it does not hold the drift of a server's
+speed between two replays, nor the dependence of one request's wait on the others (a request is
+resampled with the latency it had in the whole replay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import bootstrap
+
+from toolkit._queueing.simulator import simulate
+
+__all__: list[str] = []
+
+REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+REPLAY_PERCENTILES = (50, 90)
+
+# enough that the interval's ends move by under a percentage point between seeds on a 70-request replay
+REPLAY_RESAMPLES = 2000
+
+
+def replay_error_ci95(
+    predicted_ms: Mapping[str, np.ndarray],
+    measured_ms: Mapping[str, np.ndarray],
+    percentiles: Sequence[float],
+    *,
+    resamples: int = REPLAY_RESAMPLES,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, tuple[float, float]]:
+    """95% percentile-bootstrap intervals of a replay's relative errors, resampling requests in pairs.
+
+    Parameters
+    ----------
+    predicted_ms, measured_ms : mapping of str to numpy.ndarray
+        Per metric (the same keys, in the same order), one value per request, request ``i`` of one
+        the same request as ``i`` of the other; NaN where a request has no value (a TPOT of one
+        token).
+    percentiles : sequence of float
+        The percentiles compared (0-100).
+    resamples : int
+        Bootstrap resamples.
+    seed : int
+        Seed of the resampling.
+
+    Returns
+    -------
+    low, high : numpy.ndarray
+        The interval of ``predicted / measured - 1`` for each metric and percentile, metric-major
+        (the order of ``predicted_ms``, then of ``percentiles``).
+    median_abs : tuple of float
+        The interval of the median |error| over all of them.
+
+    With fewer than two requests there is nothing to resample: every bound is NaN.
+    """
+    metrics = list(predicted_ms)
+    if len(next(iter(measured_ms.values()))) < 2:
+        nan = np.full(len(metrics) * len(percentiles), np.nan)
+        return nan, nan.copy(), (np.nan, np.nan)
+    arrays = [np.asarray(m[k], dtype=float) for k in metrics for m in (predicted_ms, measured_ms)]
+
+    def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        errors = [
+            np.nanpercentile(samples[2 * i], q, axis=axis) / np.nanpercentile(samples[2 * i + 1], q, axis=axis) - 1
+            for i in range(len(metrics))
+            for q in percentiles
+        ]
+        return np.stack([*errors, np.median(np.abs(np.stack(errors)), axis=0)])
+
+    result = bootstrap(
+        arrays, statistic, paired=True, vectorized=True, n_resamples=resamples, method="percentile",
+        confidence_level=0.95, rng=np.random.default_rng(seed),
+    )  # fmt: skip
+    low, high = result.confidence_interval
+    return low[:-1], high[:-1], (float(low[-1]), float(high[-1]))
+
+
+def replay_accuracy(
+    requests: pd.DataFrame,
+    cm: object,
+    *,
+    max_batch: int,
+    max_num_batched_tokens: int = 2048,
+    prefill_breaks: tuple[int, ...] = (),
+    prefill_start_breaks: tuple[int, ...] = (),
+) -> pd.DataFrame:
+    """Simulate a replay's successful requests as the server saw them and compare percentiles.
+
+    Each request is simulated with the prompt tokens the server counted and the ones it found
+    cached (``cached_tokens``: held and attended to, never prefilled, and where its prefill starts).
+    ``rel_err_low`` and ``rel_err_high`` bound each latency percentile's error with 95% confidence
+    over the requests that happened to be replayed (:mod:`toolkit._validation.replay_interval`).
+    """
+    scheduling = {"prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks}
+    table, _ = _replay_comparison(
+        requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens, **scheduling
+    )
+    return table
+
+
+def _replay_comparison(
+    requests: pd.DataFrame,
+    cm: object,
+    *,
+    max_batch: int,
+    max_num_batched_tokens: int,
+    prefill_breaks: tuple[int, ...],
+    prefill_start_breaks: tuple[int, ...],
+) -> tuple[pd.DataFrame, tuple[float, float]]:
+    """:func:`replay_accuracy`'s table and the 95% interval of its median |error| over the latency
+    percentiles."""
+    ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
+    prompt = np.maximum(ok["prompt_tokens"].round(), 1).astype(int)
+    cached = np.minimum(ok["cached_tokens"].fillna(0.0).clip(lower=0).round(), prompt - 1).astype(int)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": ok["sent_s"].to_numpy(float) - float(ok["sent_s"].min()),
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "output_tokens": np.maximum(ok["output_tokens"].round(), 1).astype(int),
+        }
+    )
+    result = simulate(
+        None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
+        max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
+        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
+    )  # fmt: skip
+    sim = result.requests  # in trace order: row i is request i of ``ok``
+    predicted = {metric: sim[f"{metric.removesuffix('_ms')}_s"].to_numpy() * 1e3 for metric in REPLAY_METRICS}
+    measured = {metric: ok[metric].to_numpy(float) for metric in REPLAY_METRICS}
+    low, high, median_ci = replay_error_ci95(predicted, measured, REPLAY_PERCENTILES)
+    rows = []
+    for metric in REPLAY_METRICS:
+        for q in REPLAY_PERCENTILES:
+            p = float(np.nanpercentile(predicted[metric], q))
+            m = float(np.nanpercentile(measured[metric], q))
+            rows.append({"metric": metric, "percentile": q, "predicted": p, "measured": m})
+    sim_wall = float((sim["arrival_s"] + sim["e2e_s"]).max())
+    real_wall = float((ok["sent_s"] + ok["e2e_ms"] / 1e3).max() - ok["sent_s"].min())
+    tokens = float(trace["output_tokens"].sum())
+    rows.append(
+        {"metric": "output_tok_s", "percentile": np.nan, "predicted": tokens / sim_wall, "measured": tokens / real_wall}
+    )
+    out = pd.DataFrame(rows)
+    out["rel_err"] = (out["predicted"] - out["measured"]) / out["measured"].where(out["measured"] != 0)
+    out["rel_err_low"] = [*low, np.nan]
+    out["rel_err_high"] = [*high, np.nan]
+    return out, median_ci
