@@ -13,7 +13,7 @@ from toolkit._report.conclusion import _verdict
 from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section, profile_cells
 from toolkit._validation.replay_check import replay_accuracy
-from toolkit._validation.trust import _settled, _shape, busy_reason, cell_fit, trust_check
+from toolkit._validation.trust import _settled, _shape, busy_reason, cell_fit, trust_check, unsteady_reason
 
 
 def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:
@@ -229,3 +229,40 @@ def test_a_replay_interval_across_the_bar_is_said_not_to_settle_it():
     assert _settled((0.05, 0.12)) == ""
     assert _settled((0.16, 0.30)) == ""
     assert "across the 15% bar" in _settled((0.11, 0.26))
+
+
+def _cells_frame(cell: str, key: str, values: dict[int, list[float]], noisy: set[int]) -> pd.DataFrame:
+    # one request per wave; each wave of a cell measures the given value (TTFT for a prefill, else the step)
+    rows = []
+    for size, measured in values.items():
+        for wave, ms in enumerate(measured):
+            rows.append(
+                {
+                    "cell": cell,
+                    "batch": size if key == "batch" else 1,
+                    "prompt_tokens_target": size if key == "prompt" else 64,
+                    "wave": wave,
+                    "ttft_ms": ms if cell == "prefill" else 50.0,
+                    "itl_ms_p50": math.nan if cell == "prefill" else ms,
+                    "tpot_ms": math.nan if cell == "prefill" else ms,
+                    "busy": False,
+                    "other_cpu_share": 0.0,
+                    "outcome": "ok",
+                    "noisy": size in noisy,
+                }  # fmt: skip
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_profile_whose_prefill_cells_are_all_noisy_refuses_the_fit():
+    prefill = {128: [470.0, 632.0, 543.0], 384: [1349.0, 1789.0, 1596.0]}
+    decode = _cells_frame("decode", "prompt", {64: [35.0, 36.0, 37.0]}, noisy=set())
+    # both prefill cells noisy: the prefill rate and the request overhead are left to the defaults
+    frame = pd.concat([decode, _cells_frame("prefill", "prompt", prefill, noisy={128, 384})], ignore_index=True)
+    reason = unsteady_reason(frame)
+    assert reason.startswith("Measured on an unsteady host: every prefill cell")
+    assert "128 tokens: 470-632 ms" in reason and "384 tokens: 1349-1789 ms" in reason
+    assert "prefill rate from the request overhead" in reason and "not presented" in reason
+    # one prefill cell left steady: the fit still has the family, nothing is refused
+    steady = pd.concat([decode, _cells_frame("prefill", "prompt", prefill, noisy={128})], ignore_index=True)
+    assert unsteady_reason(steady) == ""

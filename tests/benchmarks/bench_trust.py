@@ -51,7 +51,7 @@ def _one_run() -> dict:
 
     from toolkit._report.measure import _measure_local
     from toolkit._report.trust_section import _trust, profile_cells
-    from toolkit._validation.trust import busy_reason
+    from toolkit._validation.trust import busy_reason, unsteady_reason
 
     load_before = os.getloadavg()[0]
     start = dt.datetime.now().isoformat(timespec="seconds")
@@ -76,6 +76,8 @@ def _one_run() -> dict:
         # utilisation at the target (toolkit._report.measure.HELD_OUT_UTILISATION)
         "replay_load": {k: _number(v) for k, v in run.replay_load.items()},
         "busy": busy_reason(run.profile, run.others),
+        # a profile with every cell of one family noisy: the report presents no fit (not a busy host)
+        "unsteady": unsteady_reason(run.profile),
         # the report's own opening line about the sweep (other processes' CPU, toolkit._sweep.host_state)
         "report_busy_warning": run.conditions.get("warning", ""),
         # each cell's median, the lowest and highest of its wave medians, and whether it was noisy
@@ -164,7 +166,7 @@ def _contradicting_verdicts(a: dict, b: dict) -> list[str]:
 def _busy_profile() -> dict:
     """A profile with one process burning a core beside the server: it must be flagged busy."""
     import toolkit as tk
-    from toolkit._validation.trust import busy_reason
+    from toolkit._validation.trust import busy_reason, unsteady_reason
 
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

@@ -144,9 +144,9 @@ def busy_opening(load_warning: str, refused: str) -> str:
     """The one paragraph that opens the conclusion of a report measured on a busy host, or ''.
 
     ``load_warning`` is the sweep's (other processes busy during it), ``refused`` the trust
-    check's (other processes busy during the profile: no fit presented). Both start with "Measured
-    on a busy host: "; when both fired, the sweep's follows the refusal instead of repeating
-    that opening."""
+    check's (other processes busy during the profile, or a profile too unsteady to fit: no fit
+    presented). Each starts with "Measured on a busy (or unsteady) host: "; when both fired, the
+    sweep's follows the refusal without its opening."""
     if not (load_warning and refused):
         return load_warning or refused
     load = load_warning.removeprefix(BUSY_OPENING)

@@ -27,7 +27,7 @@ def _trust(run: _Run):
         return None
     from toolkit._report.measure import LOCAL_SWEEP
     from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._validation.trust import busy_reason, trust_check
+    from toolkit._validation.trust import busy_reason, trust_check, unsteady_reason
 
     requests = run.replay.requests if run.replay is not None else None
     return trust_check(
@@ -40,7 +40,7 @@ def _trust(run: _Run):
         quant=QUANT,
         max_batch=LOCAL_SWEEP["lanes"],
         **SCHEDULING,
-        refused=busy_reason(run.profile, run.others),
+        refused=busy_reason(run.profile, run.others) or unsteady_reason(run.profile),
     )
 
 

@@ -27,7 +27,8 @@ __all__: list[str] = []
 REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 REPLAY_PERCENTILES = (50, 90)
 
-# enough that the interval's ends move by under a percentage point between seeds on a 70-request replay
+# enough that the median |error|'s interval moves by under a percentage point between seeds (each
+# percentile's by up to 1.5) on the 70-request replay of the 2026-12-05 05:31 report; 0.8 s per replay
 REPLAY_RESAMPLES = 2000
 
 
@@ -100,7 +101,7 @@ def replay_accuracy(
     Each request is simulated with the prompt tokens the server counted and the ones it found
     cached (``cached_tokens``: held and attended to, never prefilled, and where its prefill starts).
     ``rel_err_low`` and ``rel_err_high`` bound each latency percentile's error with 95% confidence
-    over the requests that happened to be replayed (:mod:`toolkit._validation.replay_interval`).
+    over the requests that happened to be replayed (:func:`replay_error_ci95`).
     """
     scheduling = {"prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks}
     table, _ = _replay_comparison(

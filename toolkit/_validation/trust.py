@@ -27,6 +27,8 @@ from toolkit._calibration.fit import predict_ms
 from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
 from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
+from toolkit._sweep.levels import NOISY_TOLERANCE
+from toolkit._sweep.profile_cells import cell_metric_ms
 from toolkit._validation.closed_loop import _predict, _Recorded
 from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison
 
@@ -36,6 +38,7 @@ __all__: list[str] = []
 # |error| over the sweep's output tokens/s and TPOT, and over the replay's p50 and p90 of TTFT, TPOT
 # and E2E (issue 16).
 TRUSTED_MEDIAN_ERROR = 0.15
+UNSTEADY_OPENING = "Measured on an unsteady host: "
 FITTED = "fitted on the profile"
 
 
@@ -66,7 +69,7 @@ class TrustCheck:
         Whether the model can be trusted for this server, and where it cannot.
     replay_median_error_ci95 : tuple of float
         The 95% interval of ``replay_median_error`` over the replayed requests
-        (:mod:`toolkit._validation.replay_interval`); NaN without a replay.
+        (:mod:`toolkit._validation.replay_check`); NaN without a replay.
     """
 
     calibration: pd.DataFrame | None
@@ -102,6 +105,49 @@ def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -
     return (
         BUSY_OPENING + "; ".join(reasons) + f" (more than {BUSY_OTHER_SHARE:.0%} counts as busy). "
         "The fitted model is not presented, because it would describe the competition, not the server."
+    )
+
+
+# what each family of profile cells identifies, for the refusal when every cell of one is noisy
+_FAMILY_TERMS = {
+    "decode": "the bandwidth term from the step overhead",
+    "batch": "the per-sequence cost of a batch",
+    "prefill": "the prefill rate from the request overhead",
+}
+
+
+def unsteady_reason(profile: pd.DataFrame) -> str:
+    """Why the profile cannot support a fit though the host was not busy, or ''.
+
+    Noisy cells are left out of the fit (:func:`toolkit.calibrate`); when every cell of one family
+    (``decode``, ``batch``, ``prefill``) is noisy, what that family identifies is left to the
+    defaults, and a fit presented from the rest would charge the host's unsteadiness to the model.
+    """
+    per_wave = profile.assign(_ms=cell_metric_ms(profile)).groupby(
+        ["cell", "batch", "prompt_tokens_target", "wave"], sort=False
+    )
+    waves = per_wave.agg(ms=("_ms", "median"), noisy=("noisy", "first")).reset_index()
+    cells = waves.groupby(["cell", "batch", "prompt_tokens_target"], sort=False).agg(
+        noisy=("noisy", "first"), low=("ms", "min"), high=("ms", "max")
+    )
+    reasons = []
+    for family, group in cells.groupby(level=0, sort=False):
+        if not group["noisy"].all():
+            continue
+        label = {"decode": "context {p} tokens", "batch": "batch {b}", "prefill": "{p} tokens"}[family]
+        spreads = ", ".join(
+            f"{label.format(p=int(prompt), b=int(batch))}: {row.low:.0f}-{row.high:.0f} ms"
+            for (_, batch, prompt), row in group.iterrows()
+        )
+        reasons.append(
+            f"every {family} cell of the profile spread by more than {NOISY_TOLERANCE:.0%} between its passes"
+            f" ({spreads}), so the fit could not separate {_FAMILY_TERMS[family]}"
+        )
+    if not reasons:
+        return ""
+    return (
+        UNSTEADY_OPENING + "; ".join(reasons) + ", though other processes were not busy: the server's own speed"
+        " moved during the run. The fitted model is not presented; run the report again."
     )
 
 
