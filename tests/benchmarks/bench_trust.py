@@ -166,7 +166,7 @@ def _contradicting_verdicts(a: dict, b: dict) -> list[str]:
 def _busy_profile() -> dict:
     """A profile with one process burning a core beside the server: it must be flagged busy."""
     import toolkit as tk
-    from toolkit._validation.trust import busy_reason, unsteady_reason
+    from toolkit._validation.trust import busy_reason
 
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
