@@ -13,7 +13,7 @@ from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.measure import _Run
 from toolkit._sweep.levels import NOISY_TOLERANCE
-from toolkit._sweep.profile_cells import cell_metric_ms
+from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.trust import TRUSTED_MEDIAN_ERROR
 
 __all__: list[str] = []
@@ -42,31 +42,6 @@ def _trust(run: _Run):
         **SCHEDULING,
         refused=busy_reason(run.profile, run.others) or unsteady_reason(run.profile),
     )
-
-
-def profile_cells(profile: pd.DataFrame) -> pd.DataFrame:
-    """One row per profile cell: its waves, the median step (ITL) or TTFT, spread, noisy, busy waves."""
-    df = profile.assign(measured_ms=cell_metric_ms(profile))
-    per_wave = df.groupby(["cell", "batch", "prompt_tokens_target", "wave"], sort=False).agg(
-        measured_ms=("measured_ms", "median"),
-        busy=("busy", "first"),
-        other=("other_cpu_share", "first"),
-        ok=("outcome", lambda s: int(s.eq("ok").sum())),
-        noisy=("noisy", "first"),
-    )
-    cells = per_wave.groupby(level=[0, 1, 2], sort=False).agg(
-        waves=("measured_ms", "size"),
-        requests_ok=("ok", "sum"),
-        median_ms=("measured_ms", "median"),
-        low_ms=("measured_ms", "min"),
-        high_ms=("measured_ms", "max"),
-        noisy=("noisy", "first"),
-        busy_waves=("busy", "sum"),
-        other_cpu_share_max=("other", "max"),
-    )
-    cells = cells.reset_index().rename(columns={"prompt_tokens_target": "prompt_tokens"})
-    cells.insert(3, "measures", np.where(cells["cell"].eq("prefill"), "TTFT", "ITL (median gap)"))
-    return cells
 
 
 def _parameters(calibration: pd.DataFrame) -> pd.DataFrame:

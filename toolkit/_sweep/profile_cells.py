@@ -63,3 +63,28 @@ def combine_passes(passes: list[pd.DataFrame]) -> pd.DataFrame:
         repeat += int(frame["repeat"].max()) + 1
         wave += int(frame["wave"].max()) + 1
     return mark_noisy(pd.concat(frames, ignore_index=True))
+
+
+def profile_cells(profile: pd.DataFrame) -> pd.DataFrame:
+    """One row per profile cell: its waves, the median step (ITL) or TTFT, spread, noisy, busy waves."""
+    df = profile.assign(measured_ms=cell_metric_ms(profile))
+    per_wave = df.groupby(["cell", "batch", "prompt_tokens_target", "wave"], sort=False).agg(
+        measured_ms=("measured_ms", "median"),
+        busy=("busy", "first"),
+        other=("other_cpu_share", "first"),
+        ok=("outcome", lambda s: int(s.eq("ok").sum())),
+        noisy=("noisy", "first"),
+    )
+    cells = per_wave.groupby(level=[0, 1, 2], sort=False).agg(
+        waves=("measured_ms", "size"),
+        requests_ok=("ok", "sum"),
+        median_ms=("measured_ms", "median"),
+        low_ms=("measured_ms", "min"),
+        high_ms=("measured_ms", "max"),
+        noisy=("noisy", "first"),
+        busy_waves=("busy", "sum"),
+        other_cpu_share_max=("other", "max"),
+    )
+    cells = cells.reset_index().rename(columns={"prompt_tokens_target": "prompt_tokens"})
+    cells.insert(3, "measures", np.where(cells["cell"].eq("prefill"), "TTFT", "ITL (median gap)"))
+    return cells

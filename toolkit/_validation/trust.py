@@ -28,7 +28,7 @@ from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
 from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
 from toolkit._sweep.levels import NOISY_TOLERANCE
-from toolkit._sweep.profile_cells import cell_metric_ms
+from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.closed_loop import _predict, _Recorded
 from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison
 
@@ -123,20 +123,14 @@ def unsteady_reason(profile: pd.DataFrame) -> str:
     (``decode``, ``batch``, ``prefill``) is noisy, what that family identifies is left to the
     defaults, and a fit presented from the rest would charge the host's unsteadiness to the model.
     """
-    per_wave = profile.assign(_ms=cell_metric_ms(profile)).groupby(
-        ["cell", "batch", "prompt_tokens_target", "wave"], sort=False
-    )
-    waves = per_wave.agg(ms=("_ms", "median"), noisy=("noisy", "first")).reset_index()
-    cells = waves.groupby(["cell", "batch", "prompt_tokens_target"], sort=False).agg(
-        noisy=("noisy", "first"), low=("ms", "min"), high=("ms", "max")
-    )
+    cells = profile_cells(profile).set_index(["cell", "batch", "prompt_tokens"])
     reasons = []
     for family, group in cells.groupby(level=0, sort=False):
         if not group["noisy"].all():
             continue
         label = {"decode": "context {p} tokens", "batch": "batch {b}", "prefill": "{p} tokens"}[family]
         spreads = ", ".join(
-            f"{label.format(p=int(prompt), b=int(batch))}: {row.low:.0f}-{row.high:.0f} ms"
+            f"{label.format(p=int(prompt), b=int(batch))}: {row.low_ms:.0f}-{row.high_ms:.0f} ms"
             for (_, batch, prompt), row in group.iterrows()
         )
         reasons.append(
