@@ -24,10 +24,8 @@ __all__ = ["notebook_levels"]
 LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
 # The held-out production traffic the local report replays: 24 s of the conversation trace from minute
 # 30 (171 requests), lengths divided by 20, stretched in time so that the server runs it at
-# HELD_OUT_UTILISATION. The profile never sees the replay's measurements. Until 2026-12-05 it was the
-# first 12 s (70 requests), whose percentiles the paired bootstrap of the replay check
-# (toolkit._validation.replay_check) left about 15 points wide on their median |error|: too loose to
-# settle a 15% bar; 2.4 times the requests narrow that about 1.5 times, for about 1.5 minutes more.
+# HELD_OUT_UTILISATION. The profile never sees the replay's measurements. It was 12 s (70 requests)
+# until 2026-12-05, which fixed the median |error| to about +-7 points (toolkit._validation.replay_check).
 HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 24, "token_scale": 0.05}
 HELD_OUT_TRACE_NAME = "azure-conv-2023"
 # The load the replay is run at, fixed before any replay at it was measured: the share of the time
