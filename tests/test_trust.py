@@ -153,9 +153,12 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     # the engine caps nothing, so neither does the simulator
     check = trust_check(frame, swept.lanes, swept.levels, replayed.requests, model=MODEL, gpu=DEVICE, quant=QUANT,
                         max_batch=1000)  # fmt: skip
-    # its serial_share is 1, the top of its range: held there when the fit lands on it, nothing else held
-    assert check.calibration["held"].iloc[0] in ("", "serial_share"), check.calibration["held_reason"].iloc[0]
+    # its serial_share and batched_mbu_factor are 1, the top of their ranges: either is held there when
+    # the fit lands on it (timing noise decides), nothing else is held
+    held = set(check.calibration["held"].iloc[0].split(",")) - {""}
+    assert held <= {"serial_share", "batched_mbu_factor"}, check.calibration["held_reason"].iloc[0]
     assert check.calibration["serial_share"].iloc[0] == pytest.approx(1.0, rel=0.05)
+    assert check.calibration["batched_mbu_factor"].iloc[0] == pytest.approx(1.0, rel=0.05)
     assert check.sweep_median_error < 0.05, check.sweep_accuracy
     assert check.replay_median_error < 0.05, check.replay_accuracy
     assert check.sentence.startswith("The calibrated model can be trusted for this server")
