@@ -11,7 +11,8 @@ import pytest
 import toolkit as tk
 from toolkit._report.conclusion import _verdict
 from toolkit._report.measure import _Run
-from toolkit._report.trust_section import _trust_section, profile_cells
+from toolkit._report.trust_section import _trust_section
+from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.replay_check import replay_accuracy
 from toolkit._validation.trust import _settled, _shape, busy_reason, cell_fit, trust_check, unsteady_reason
 

@@ -42,10 +42,10 @@ def main() -> None:
     import toolkit as tk
     from toolkit._model.host import measure_host
     from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, LOCAL_SWEEP, held_out_time_scale
-    from toolkit._report.trust_section import MODEL, QUANT, profile_cells
+    from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._sweep.profile_cells import combine_passes
+    from toolkit._sweep.profile_cells import combine_passes, profile_cells
     from toolkit._validation.replay_check import replay_accuracy
 
     load_before = os.getloadavg()[0]

@@ -31,7 +31,7 @@ PARAMETERS = ("mbu", "mfu", "serial_share", "batched_mbu_factor", "step_overhead
 
 
 def _cells(frame) -> list[dict]:
-    from toolkit._report.trust_section import profile_cells
+    from toolkit._sweep.profile_cells import profile_cells
 
     cells = profile_cells(frame)[["cell", "batch", "prompt_tokens", "median_ms", "low_ms", "high_ms", "noisy"]]
     return [

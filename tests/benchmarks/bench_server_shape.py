@@ -50,7 +50,7 @@ def _summary(cell) -> dict:
 def _shape(server) -> tuple[dict, dict]:
     """Decode step per batch size and prefill per prompt length, from a profile of this design."""
     import toolkit as tk
-    from toolkit._report.trust_section import profile_cells
+    from toolkit._sweep.profile_cells import profile_cells
 
     frame = tk.profile(
         server=server,

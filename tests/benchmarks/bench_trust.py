@@ -50,7 +50,8 @@ def _one_run() -> dict:
     from bench_verdict import pass_elasticities
 
     from toolkit._report.measure import _measure_local
-    from toolkit._report.trust_section import _trust, profile_cells
+    from toolkit._report.trust_section import _trust
+    from toolkit._sweep.profile_cells import profile_cells
     from toolkit._validation.trust import busy_reason, unsteady_reason
 
     load_before = os.getloadavg()[0]

@@ -103,10 +103,10 @@ def replay_accuracy(
     ``rel_err_low`` and ``rel_err_high`` bound each latency percentile's error with 95% confidence
     over the requests that happened to be replayed (:func:`replay_error_ci95`).
     """
-    scheduling = {"prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks}
     table, _ = _replay_comparison(
-        requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens, **scheduling
-    )
+        requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens,
+        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
+    )  # fmt: skip
     return table
 
 
