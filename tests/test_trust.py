@@ -270,3 +270,44 @@ def test_a_profile_whose_prefill_cells_are_all_noisy_refuses_the_fit():
     # one prefill cell left steady: the fit still has the family, nothing is refused
     steady = pd.concat([decode, _cells_frame("prefill", "prompt", prefill, noisy={128})], ignore_index=True)
     assert unsteady_reason(steady) == ""
+
+
+def test_a_replay_is_predicted_from_the_profile_passes_around_it():
+    # the loopback engine runs 25% slower (every coefficient x1.25) from just before the replay on: the
+    # pass after the replay measured the server the replay ran on, the pass before a faster one
+    from engine_server import EngineServer
+    from test_profile import DEVICE, MODEL, QUANT, TRUE, _coefficients
+
+    from toolkit._sweep.profile_cells import combine_passes
+
+    fast = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
+    slow = {key: 1.25 * value for key, value in fast.items()}
+    rng = np.random.default_rng(1)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 6, 30)),
+            "prompt_tokens": rng.integers(20, 200, 30),
+            "output_tokens": rng.integers(4, 30, 30),
+        }  # fmt: skip
+    )
+    design = {"context_tokens": (64, 2048), "prompt_tokens": (64, 192, 384), "batch_sizes": (1, 2, 4, 8),
+              "output_tokens": 16, "repeats": 1, "progress": False}  # fmt: skip
+    with EngineServer(**fast) as server:
+        before = tk.profile(server.base_url, "test-model", **design)
+    with EngineServer(**slow) as server:
+        swept = tk.run_sweep(server.base_url, "test-model", ["w w w w", "w w w w w w"], limits=(1, 2), max_tokens=8,
+                             progress=False, tag_levels=False)  # fmt: skip
+        replayed = tk.replay_trace(trace, server.base_url, "test-model", progress=False)
+        after = tk.profile(server.base_url, "test-model", **design)
+    check = trust_check(combine_passes([before, after]), swept.lanes, swept.levels, replayed.requests, model=MODEL,
+                        gpu=DEVICE, quant=QUANT, max_batch=1000, replay_passes=(before, after))  # fmt: skip
+    drift = check.replay_drift.set_index("calibrated_on")
+    assert list(drift.index) == ["pass before", "pass after", "both"]
+    # every cell 25% longer, less the loopback's own unscaled milliseconds
+    assert check.replay_cell_change == pytest.approx(0.25, abs=0.04)
+    # the pass after measured the replay's server: as exact as the loop on an unchanging server
+    assert drift.loc["pass after", "median_abs_error"] < 0.05, check.replay_drift
+    # the pass before a 1.25x faster one: every latency at least 1 - 1/1.25 = 20% short, queues more
+    assert drift.loc["pass before", "median_error"] < -0.15, check.replay_drift
+    assert drift.loc["both", "median_abs_error"] == check.replay_median_error
+    assert "from the one before alone" in check.sentence

@@ -41,7 +41,8 @@ def _cv(values: list[float]) -> float:
 def main() -> None:
     import toolkit as tk
     from toolkit._model.host import measure_host
-    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, LOCAL_SWEEP, held_out_time_scale
+    from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, held_out_time_scale
+    from toolkit._report.measure import LOCAL_SWEEP
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import SCHEDULING
@@ -54,7 +55,7 @@ def main() -> None:
     passes, replays, others = [], [], []
     with tk.LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
         passes.append(tk.profile(server=server, repeats=1, progress=False))
-        scale, _ = held_out_time_scale(passes[0], host)
+        scale, _ = held_out_time_scale(passes[0], host, max_batch=LOCAL_SWEEP["lanes"])
         trace = tk.load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         for k in range(REPLAYS):
             before = host_state.sample(server.pid)

@@ -57,7 +57,8 @@ def _calibration(frame, host) -> tuple[object, dict]:
 def main() -> None:
     import toolkit as tk
     from toolkit._model.host import measure_host
-    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, LOCAL_SWEEP, _measure, held_out_time_scale
+    from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, held_out_time_scale
+    from toolkit._report.measure import LOCAL_SWEEP, _measure
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import SCHEDULING
@@ -75,7 +76,9 @@ def main() -> None:
         marks.append(host_state.sample(server.pid))
         b = tk.profile(server=server, progress=False)
         marks.append(host_state.sample(server.pid))
-        scale, _ = held_out_time_scale(a, host)  # as the report stretches it, from the first profile
+        scale, _ = held_out_time_scale(
+            a, host, max_batch=LOCAL_SWEEP["lanes"]
+        )  # as the report stretches it, from the first profile
         trace = tk.load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         replay = tk.replay_trace(trace, server=server, progress=False).requests
         marks.append(host_state.sample(server.pid))

@@ -84,7 +84,7 @@ def _shape(server) -> tuple[dict, dict]:
 
 def _replays(server, host) -> list[dict]:
     import toolkit as tk
-    from toolkit._report.measure import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME
+    from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._validation.replay_check import replay_accuracy

@@ -74,7 +74,7 @@ def _one_run() -> dict:
         "host_load_1m_after": os.getloadavg()[0],
         "others_cpu_share": {k: _number(v) for k, v in run.others.items()},
         # the replay's stretch, chosen so that the profile-calibrated model puts the server's
-        # utilisation at the target (toolkit._report.measure.HELD_OUT_UTILISATION)
+        # utilisation at the target (toolkit._report.held_out.HELD_OUT_UTILISATION)
         "replay_load": {k: _number(v) for k, v in run.replay_load.items()},
         "busy": busy_reason(run.profile, run.others),
         # a profile with every cell of one family noisy: the report presents no fit (not a busy host)
@@ -119,6 +119,12 @@ def _one_run() -> dict:
             "sweep_median_abs_error": _number(check.sweep_median_error),
             "replay_median_abs_error": _number(check.replay_median_error),
             "replay_median_abs_error_ci95": [_number(v) for v in check.replay_median_error_ci95],
+            # the replay predicted from the profile pass right before it, right after it, and both (the
+            # one above), and how much longer the cells took after than before
+            "replay_drift": check.replay_drift.map(_number).to_dict(orient="records")
+            if check.replay_drift is not None
+            else None,
+            "replay_cell_change": _number(check.replay_cell_change),
             "profile_fit_max_abs_error": _number(check.cell_fit["rel_err"].abs().max()),
             "profile_fit": check.cell_fit.map(_number).to_dict(orient="records"),
             "sweep_accuracy": check.sweep_accuracy.map(_number).to_dict(orient="records"),

@@ -22,23 +22,6 @@ __all__ = ["notebook_levels"]
 # so that each level has a spread: about four minutes on 2 cores. Its two passes alternate with the
 # profile's three (_measure_local says why).
 LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
-# The held-out production traffic the local report replays: 24 s of the conversation trace from minute
-# 30 (171 requests), lengths divided by 20, stretched in time so that the server runs it at
-# HELD_OUT_UTILISATION. The profile never sees the replay's measurements. It was 12 s (70 requests)
-# until 2026-12-05, which fixed the median |error| to about +-7 points (toolkit._validation.replay_check).
-HELD_OUT_TRACE = {"start_s": 1800, "duration_s": 24, "token_scale": 0.05}
-HELD_OUT_TRACE_NAME = "azure-conv-2023"
-# The load the replay is run at, fixed before any replay at it was measured: the share of the time
-# the profile-calibrated model says the server is busy. 0.6 is where a capacity plan runs a server:
-# requests queue (a median TTFT above a lone prefill) but the server is not saturated. A fixed
-# stretch does not fix the load: at 3x this slice kept the host busy 87% of the time by the model
-# calibrated on 2026-12-04 at 18:24 (the replay's median TTFT 1.4 s, several lone prefills), where
-# a few percent of service time is tens of percent of wait, and a slower or faster host moves it.
-HELD_OUT_UTILISATION = 0.6
-# stretches tried, from the trace's own speed to 30x, in steps of 5%
-_TIME_SCALES = tuple(round(1.05**k, 3) for k in range(70))
-
-
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
 
 
@@ -78,6 +61,8 @@ class _Run:
     others: dict[str, float] = field(default_factory=dict)
     # the replay's stretch and the utilisation the calibrated model predicted for it
     replay_load: dict[str, float] = field(default_factory=dict)
+    # the profile passes right before and right after the replay, which its prediction is calibrated on
+    replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None
 
 
 def _recorded_run() -> _Run:
@@ -96,7 +81,9 @@ def _measure_local(out: Path) -> _Run:
     """Profile the local llama-server, sweep it, and replay a held-out trace slice against it.
 
     The profile's passes and the sweep's passes alternate over the run (profile, sweep, profile,
-    sweep, profile: one pass of the profile more than ``LOCAL_SWEEP["repeats"]``), then the replay. The
+    sweep, profile: one pass of the profile more than ``LOCAL_SWEEP["repeats"]``), then the replay and
+    one more profile pass, so that a pass brackets the replay on each side
+    (:mod:`toolkit._validation.replay_drift`). The
     intervals of the fit (the drift between the profile's passes, :mod:`toolkit._calibration.fit`)
     and of the verdicts (the spread of a level's repeats, :mod:`toolkit._sweep.verdict_interval`)
     are measured from repeats; run back to back, repeats a few seconds apart miss the drift of the
@@ -105,6 +92,7 @@ def _measure_local(out: Path) -> _Run:
     the same minutes another run would, at the same cost.
     """
     from toolkit._model.host import best_of_hosts, measure_host
+    from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, HELD_OUT_UTILISATION, held_out_time_scale
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import LlamaServer, server_version
     from toolkit._sweep.profile import profile
@@ -131,17 +119,19 @@ def _measure_local(out: Path) -> _Run:
         profiled = combine_passes(passes)
         host = best_of_hosts(samples)
         swept = host_state.sample(pid)
-        scale, load = held_out_time_scale(profiled, host)
+        scale, load = held_out_time_scale(profiled, host, max_batch=LOCAL_SWEEP["lanes"])
         trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         run.replay = replay_trace(trace, server=server, progress=False)
         replayed = host_state.sample(pid)
+        passes.append(profile(server=server, repeats=1, progress=False))
         threads = server.threads
     run.conditions["server"] = (
         f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}, --threads {threads}"
         " (one core left to the client)"
     )
     run.conditions["profile"] = (
-        f"toolkit.profile, {len(passes)} passes over its design, one before the sweep and one after each of its passes"
+        f"toolkit.profile, {len(passes)} passes over its design: one before the sweep, one after each of its"
+        " passes (the last of them right before the replay) and one right after the replay"
     )
     run.conditions["held-out traffic"] = (
         f"{len(trace)} requests: {HELD_OUT_TRACE_NAME} from {HELD_OUT_TRACE['start_s']} s for"
@@ -150,46 +140,10 @@ def _measure_local(out: Path) -> _Run:
     )
     run.replay_load = {"time_scale": scale, "predicted_utilisation": load}
     run.host = host
-    run.profile = profiled
+    run.profile = combine_passes(passes)
+    run.replay_passes = (passes[-2], passes[-1])
     run.others["trace replay"] = host_state.conditions(swept, replayed)["other_cpu_share"]
     return run
-
-
-def held_out_time_scale(profiled: pd.DataFrame, host: pd.DataFrame) -> tuple[float, float]:
-    """The least stretch of the held-out slice (``_TIME_SCALES``) at which the model calibrated on
-    ``profiled`` keeps the local llama-server busy at most ``HELD_OUT_UTILISATION`` of the time, and
-    that utilisation. Only the profile and the trace's own lengths decide it, never a replay.
-    Prompts are sized as the server will count them: at least the chat template's tokens
-    (``TEMPLATE_TOKENS``), one of them found in the cache."""
-    from toolkit._calibration.calibrate import calibrate
-    from toolkit._model.serving import cost_model
-    from toolkit._queueing.simulator import simulate
-    from toolkit._report.trust_section import MODEL, QUANT
-    from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._workload.traces import load_trace
-
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
-    fitted = calibrate(profiled, MODEL, host, QUANT, **breaks)
-    cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
-    base = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)
-    base["prompt_tokens"] = base["prompt_tokens"].clip(lower=TEMPLATE_TOKENS)
-    base["cached_tokens"] = 1
-    load = 1.0
-    for scale in _TIME_SCALES:
-        trace = base.assign(arrival_s=base["arrival_s"] * scale)
-        result = simulate(
-            None, None, None, None, None, None, trace=trace, cost=cm, max_batch=LOCAL_SWEEP["lanes"],
-            warmup_fraction=0.0, progress=False, **SCHEDULING,
-        )  # fmt: skip
-        load = float(result.summary["utilization"].iloc[0])
-        if load <= HELD_OUT_UTILISATION:
-            return scale, load
-    return scale, load
-
-
-# the chat template's own tokens around a one-word prompt to the local Gemma-3-270M llama-server (its
-# shortest prompt; replay_trace measures it, 2026-12-04)
-TEMPLATE_TOKENS = 25
 
 
 def _measure(

@@ -40,6 +40,7 @@ def _trust(run: _Run):
         quant=QUANT,
         max_batch=LOCAL_SWEEP["lanes"],
         **SCHEDULING,
+        replay_passes=run.replay_passes,
         refused=busy_reason(run.profile, run.others) or unsteady_reason(run.profile),
     )
 
@@ -122,10 +123,23 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
             f" and E2E {check.replay_median_error:.0%}, {check.replay_median_error_ci95[0]:.0%}-"
             f"{check.replay_median_error_ci95[1]:.0%} with 95% confidence over the requests replayed (the same"
             " requests resampled for the prediction and the measurement; the interval does not hold a drift of"
-            " the server's speed between the profile and the replay).</p>"
+            " the server's speed during the replay).</p>"
             + _table_html(
                 check.replay_accuracy, "Trace replay: predicted against measured", "replay_accuracy.csv", open_=True
             )
+        )
+    if check.replay_drift is not None:
+        check.replay_drift.to_csv(out / "replay_drift.csv", index=False)
+        errors = check.replay_drift.set_index("calibrated_on")["median_abs_error"]
+        body += (
+            "<p>The replay is predicted by the model calibrated on the two profile passes measured right before"
+            " and right after it, the server it ran on: over minutes this server's speed moves by about 10%, and"
+            " at the replay's load a queue amplifies that about 2.5 times in TTFT. The profile's cells took"
+            f" {check.replay_cell_change:+.0%} (median) longer after the replay than before it; predicted from"
+            f" the pass before alone the replay misses by {errors['pass before']:.0%}, from the pass after alone"
+            f" by {errors['pass after']:.0%}. Where those two differ widely the replay cannot tell the model's"
+            " error from the server's drift.</p>"
+            + _table_html(check.replay_drift, "The replay by the profile pass it is predicted from", "replay_drift.csv")
         )
     body += f"<p><b>Verdict.</b> {html.escape(check.sentence)}</p>"
     return _Section("Predicted against measured", body)

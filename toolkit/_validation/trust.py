@@ -9,7 +9,13 @@ The loop, in order:
    which the fit saw) with the simulator, each level with its own lanes' token counts.
 3. It predicts a replay of a production-trace slice (:func:`toolkit.replay_trace`): the simulator is
    given the requests as the server saw them (send times, the server's prompt and output counts) and
-   the percentiles of TTFT, TPOT and E2E and the achieved output throughput are compared.
+   the percentiles of TTFT, TPOT and E2E and the achieved output throughput are compared. Given the
+   profile passes measured right before and right after the replay, the replay is predicted by the
+   model calibrated on those two: the server's speed moves by about 10% between minutes on this
+   project's host, and at the replay's load a queue amplifies that about 2.5 times
+   (:mod:`toolkit._validation.replay_drift`), so the passes that bracket the replay measure the
+   server it ran on best. Calibrated on each of them
+   alone, the model shows how far that speed moved across the replay.
 
 A fit from a busy host is not presented (:mod:`toolkit._sweep.host_state`): the check returns the
 reason instead of the numbers, so that nothing downstream can draw a conclusion from it.
@@ -31,6 +37,7 @@ from toolkit._sweep.levels import NOISY_TOLERANCE
 from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.closed_loop import _predict, _Recorded
 from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison
+from toolkit._validation.replay_drift import bracket, cell_change, drift_clause
 
 __all__: list[str] = []
 
@@ -70,6 +77,14 @@ class TrustCheck:
     replay_median_error_ci95 : tuple of float
         The 95% interval of ``replay_median_error`` over the replayed requests
         (:mod:`toolkit._validation.replay_check`); NaN without a replay.
+    replay_drift : pandas.DataFrame or None
+        With the passes that bracket the replay: one row per calibration the replay was predicted
+        by, ``calibrated_on`` (``pass before``, ``pass after``, ``both``: the one in
+        ``replay_accuracy``), ``median_error`` (the median signed error over the latency
+        percentiles: below 0, the model too fast) and ``median_abs_error``; else None.
+    replay_cell_change : float
+        With those passes: the median over the profile's cells of the pass after's time over the
+        pass before's, minus 1 (above 0, the server slower after the replay); else NaN.
     """
 
     calibration: pd.DataFrame | None
@@ -81,6 +96,8 @@ class TrustCheck:
     refused: str
     sentence: str
     replay_median_error_ci95: tuple[float, float]
+    replay_drift: pd.DataFrame | None = None
+    replay_cell_change: float = np.nan
 
 
 def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -> str:
@@ -158,6 +175,7 @@ def trust_check(
     max_num_batched_tokens: int = 2048,
     prefill_breaks: tuple[int, ...] = (),
     prefill_start_breaks: tuple[int, ...] = (),
+    replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     refused: str = "",
 ) -> TrustCheck:
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring).
@@ -166,7 +184,9 @@ def trust_check(
     server schedules a step (as in :func:`toolkit.simulate`); the calibration, the sweep's and the
     replay's predictions use them, the sweep's all but ``prefill_start_breaks``
     (:func:`toolkit._calibration.predict.predict_sweep` simulates the uncached tokens of a lane's
-    prompt without their position in it).
+    prompt without their position in it). ``replay_passes``, the profile passes (one pass of
+    :func:`toolkit.profile` each) measured right before and right after the replay, calibrate the
+    replay's prediction instead of ``profile`` and give ``replay_drift``.
     """
     if refused:
         return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused, (np.nan, np.nan))
@@ -183,14 +203,27 @@ def trust_check(
     sweep = pd.concat(tables, ignore_index=True)
     calibrated = sweep[sweep["calibration"].eq(FITTED)]
     sweep_err = float(calibrated.loc[calibrated["metric"].isin(["dec_tok_s", "tpot_ms"]), "rel_err"].abs().median())
-    replay, replay_err, replay_ci = None, np.nan, (np.nan, np.nan)
+    replay, replay_err, replay_ci, drift, change = None, np.nan, (np.nan, np.nan), None, np.nan
     if replay_requests is not None:
-        cm = cost_model(model, gpu, quant, calibration=fitted, max_num_batched_tokens=max_num_batched_tokens)
-        replay, replay_ci = _replay_comparison(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
-        latency = replay[replay["metric"].isin(REPLAY_METRICS)]
-        replay_err = float(latency["rel_err"].abs().median())
-    sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci)
-    return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence, replay_ci)
+        frames = {"both": None} if replay_passes is None else bracket(replay_passes)
+        rows = []
+        for label, frame in frames.items():
+            fit = (
+                fitted
+                if frame is None
+                else calibrate(frame, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
+            )
+            cm = cost_model(model, gpu, quant, calibration=fit, max_num_batched_tokens=max_num_batched_tokens)
+            table, ci = _replay_comparison(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
+            errors = table.loc[table["metric"].isin(REPLAY_METRICS), "rel_err"]
+            rows.append(
+                {"calibrated_on": label, "median_error": errors.median(), "median_abs_error": errors.abs().median()}
+            )
+        replay, replay_ci, replay_err = table, ci, float(errors.abs().median())
+        if replay_passes is not None:
+            drift, change = pd.DataFrame(rows), cell_change(*replay_passes)
+    sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci, drift)
+    return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence, replay_ci, drift, change)
 
 
 def cell_fit(
@@ -227,7 +260,7 @@ def cell_fit(
     return cells
 
 
-def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci) -> str:
+def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci, drift=None) -> str:
     held = str(fitted["held"].iloc[0])
     errors = [sweep_err] + ([replay_err] if replay is not None else [])
     trusted = all(np.isfinite(e) and e <= TRUSTED_MEDIAN_ERROR for e in errors)
@@ -241,7 +274,7 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_c
         )
         parts.append(
             f"trace replay {replay_err:.0%} (p50 and p90 of TTFT, TPOT, E2E; largest: {label} {miss['rel_err']:+.0%};"
-            f" 95% interval over its requests {replay_ci[0]:.0%}-{replay_ci[1]:.0%}{_settled(replay_ci)})"
+            f" 95% interval over its requests {replay_ci[0]:.0%}-{replay_ci[1]:.0%}{_settled(replay_ci)}{drift_clause(drift)})"
         )
     verdict = (
         f"The calibrated model can be trusted for this server to about {TRUSTED_MEDIAN_ERROR:.0%}"
