@@ -130,6 +130,18 @@ def test_an_inconclusive_verdict_is_said_in_words():
     assert "inconclusive" in text and "0.69" in text and "cannot be told" in text
 
 
+def _trace(*, seed: int) -> pd.DataFrame:
+    """30 requests over 6 s, prompts of 20-199 tokens, 4-29 output tokens."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 6, 30)),
+            "prompt_tokens": rng.integers(20, 200, 30),
+            "output_tokens": rng.integers(4, 30, 30),
+        }  # fmt: skip
+    )
+
+
 def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     # the loopback engine of tests/engine_server.py, whose step time the cost model can express
     # exactly: calibrated on its profile alone, the model must predict a sweep and a replay it never saw
@@ -137,14 +149,7 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     from test_profile import DEVICE, MODEL, QUANT, TRUE, _coefficients, _profile
 
     server_ms = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
-    rng = np.random.default_rng(0)
-    trace = pd.DataFrame(
-        {
-            "arrival_s": np.sort(rng.uniform(0, 6, 30)),
-            "prompt_tokens": rng.integers(20, 200, 30),
-            "output_tokens": rng.integers(4, 30, 30),
-        }  # fmt: skip
-    )
+    trace = _trace(seed=0)
     prompts = [" ".join(["w"] * n) for n in (40, 80, 120, 60, 100, 30, 90, 50)]
     with EngineServer(**server_ms) as server:
         frame = _profile(server)
@@ -282,14 +287,7 @@ def test_a_replay_is_predicted_from_the_profile_passes_around_it():
 
     fast = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
     slow = {key: 1.25 * value for key, value in fast.items()}
-    rng = np.random.default_rng(1)
-    trace = pd.DataFrame(
-        {
-            "arrival_s": np.sort(rng.uniform(0, 6, 30)),
-            "prompt_tokens": rng.integers(20, 200, 30),
-            "output_tokens": rng.integers(4, 30, 30),
-        }  # fmt: skip
-    )
+    trace = _trace(seed=1)
     design = {"context_tokens": (64, 2048), "prompt_tokens": (64, 192, 384), "batch_sizes": (1, 2, 4, 8),
               "output_tokens": 16, "repeats": 1, "progress": False}  # fmt: skip
     with EngineServer(**fast) as server:

@@ -76,7 +76,8 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         "<p><b>1. The profile.</b> A designed experiment (toolkit.profile): single-stream decode at two"
         " context lengths (bandwidth and step overhead), decode at several batch sizes (the per-sequence"
         " term), prefill at three prompt lengths (prefill rate and request overhead), each cell repeated"
-        " in passes over the design spread over the run (between the sweep's passes), so that the"
+        " in passes over the design spread over the run (between the sweep's passes, and one right after the"
+        " replay), so that the"
         f" intervals below hold the server's drift over minutes. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than {NOISY_TOLERANCE:.0%})"
         " and are left out of the fit.</p>" + _table_html(cells, "Profile cells", "profile_cells.csv", open_=True)
     )
@@ -138,7 +139,8 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
             f" {check.replay_cell_change:+.0%} (median) longer after the replay than before it; predicted from"
             f" the pass before alone the replay misses by {errors['pass before']:.0%}, from the pass after alone"
             f" by {errors['pass after']:.0%}. Where those two differ widely the replay cannot tell the model's"
-            " error from the server's drift.</p>"
+            " error from the server's drift; where they agree, the server held its speed across the replay"
+            " and the miss is the model's.</p>"
             + _table_html(check.replay_drift, "The replay by the profile pass it is predicted from", "replay_drift.csv")
         )
     body += f"<p><b>Verdict.</b> {html.escape(check.sentence)}</p>"
