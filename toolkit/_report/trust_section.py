@@ -135,8 +135,8 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         body += (
             "<p>The replay is predicted by the model calibrated on the two profile passes measured right before"
             " and right after it, the server it ran on: over minutes this server's speed moves by about 10%, and"
-            " at the replay's load a queue amplifies that about 2.5 times in TTFT. The profile's cells took"
-            f" {check.replay_cell_change:+.0%} (median) longer after the replay than before it; predicted from"
+            " at the replay's load a queue amplifies that about 2.5 times in TTFT. From the pass before the replay"
+            f" to the pass after it the profile's cells changed by {check.replay_cell_change:+.0%} (median); predicted from"
             f" the pass before alone the replay misses by {errors['pass before']:.0%}, from the pass after alone"
             f" by {errors['pass after']:.0%}. Where those two differ widely the replay cannot tell the model's"
             " error from the server's drift; where they agree, the server held its speed across the replay"

@@ -14,8 +14,8 @@ The loop, in order:
    model calibrated on those two: the server's speed moves by about 10% between minutes on this
    project's host, and at the replay's load a queue amplifies that about 2.5 times
    (:mod:`toolkit._validation.replay_drift`), so the passes that bracket the replay measure the
-   server it ran on best. Calibrated on each of them
-   alone, the model shows how far that speed moved across the replay.
+   server it ran on best. Calibrated on each of them alone, the model shows how far that speed
+   moved across the replay.
 
 A fit from a busy host is not presented (:mod:`toolkit._sweep.host_state`): the check returns the
 reason instead of the numbers, so that nothing downstream can draw a conclusion from it.
