@@ -76,9 +76,8 @@ def main() -> None:
         marks.append(host_state.sample(server.pid))
         b = tk.profile(server=server, progress=False)
         marks.append(host_state.sample(server.pid))
-        scale, _ = held_out_time_scale(
-            a, host, max_batch=LOCAL_SWEEP["lanes"]
-        )  # as the report stretches it, from the first profile
+        # as the report stretches it, from the first profile
+        scale, _ = held_out_time_scale(a, host, max_batch=LOCAL_SWEEP["lanes"])
         trace = tk.load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
         replay = tk.replay_trace(trace, server=server, progress=False).requests
         marks.append(host_state.sample(server.pid))
