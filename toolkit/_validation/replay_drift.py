@@ -22,7 +22,7 @@ __all__: list[str] = []
 
 
 def bracket(passes: tuple[pd.DataFrame, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The profiles the replay is predicted from: the pass before it, the pass after, and both (last)."""
+    """The profiles the replay is predicted from: the pass before it, the pass after, and both."""
     before, after = passes
     return {"pass before": before, "pass after": after, "both": combine_passes([before, after])}
 

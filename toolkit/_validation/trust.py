@@ -205,22 +205,30 @@ def trust_check(
     sweep_err = float(calibrated.loc[calibrated["metric"].isin(["dec_tok_s", "tpot_ms"]), "rel_err"].abs().median())
     replay, replay_err, replay_ci, drift, change = None, np.nan, (np.nan, np.nan), None, np.nan
     if replay_requests is not None:
-        frames = {"both": None} if replay_passes is None else bracket(replay_passes)
-        rows = []
-        for label, frame in frames.items():
-            fit = (
-                fitted
-                if frame is None
-                else calibrate(frame, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
-            )
-            cm = cost_model(model, gpu, quant, calibration=fit, max_num_batched_tokens=max_num_batched_tokens)
-            table, ci = _replay_comparison(replay_requests, cm, max_batch=max_batch, **scheduling, **starts)
-            errors = table.loc[table["metric"].isin(REPLAY_METRICS), "rel_err"]
-            rows.append(
-                {"calibrated_on": label, "median_error": errors.median(), "median_abs_error": errors.abs().median()}
-            )
-        replay, replay_ci, replay_err = table, ci, float(errors.abs().median())
+        fits = {"both": fitted}
         if replay_passes is not None:
+            fits = {
+                label: calibrate(frame, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
+                for label, frame in bracket(replay_passes).items()
+            }
+        compared = {
+            label: _replay_comparison(
+                replay_requests,
+                cost_model(model, gpu, quant, calibration=fit, max_num_batched_tokens=max_num_batched_tokens),
+                max_batch=max_batch, **scheduling, **starts,
+            )
+            for label, fit in fits.items()
+        }  # fmt: skip
+        errors = {
+            label: table.loc[table["metric"].isin(REPLAY_METRICS), "rel_err"] for label, (table, _) in compared.items()
+        }
+        replay, replay_ci = compared["both"]
+        replay_err = float(errors["both"].abs().median())
+        if replay_passes is not None:
+            rows = [
+                {"calibrated_on": k, "median_error": e.median(), "median_abs_error": e.abs().median()}
+                for k, e in errors.items()
+            ]
             drift, change = pd.DataFrame(rows), cell_change(*replay_passes)
     sentence = _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_ci, drift)
     return TrustCheck(fitted, cells, sweep, replay, sweep_err, replay_err, "", sentence, replay_ci, drift, change)
