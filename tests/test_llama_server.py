@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import toolkit
-from toolkit._sweep.llama_server import binary_path
+from toolkit._sweep.llama_server import binary_path, default_model_path
 from toolkit._sweep.prompts import lane_prompts
 
 LIMITS = (1, 2, 4, 8)
@@ -110,6 +110,24 @@ def test_server_answers_health_and_lists_its_model(llama_server):
     assert httpx.get(llama_server.base_url + "/health", timeout=5).status_code == 200
     models = httpx.get(llama_server.base_url + "/v1/models", timeout=5).json()["data"]
     assert models and models[0]["id"].endswith(".gguf")
+
+
+@pytest.mark.server
+def test_a_default_log_is_removed_on_stop_and_kept_when_given_or_when_start_up_fails(tmp_path, monkeypatch):
+    model = default_model_path()  # from the real cache, before the logs' cache moves
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    with toolkit.LlamaServer(model_path=model, parallel=1, ctx_per_slot=512) as server:
+        default_log = server.log_path
+        assert default_log.parent == tmp_path / "cache" and default_log.stat().st_size > 0
+    assert not default_log.exists()
+    given = tmp_path / "given.log"
+    with toolkit.LlamaServer(model_path=model, parallel=1, ctx_per_slot=512, log_path=given):
+        pass
+    assert given.stat().st_size > 0
+    failing = toolkit.LlamaServer(model_path=model, parallel=1, ctx_per_slot=512, extra_args=["--no-such-flag"])
+    with pytest.raises(RuntimeError, match="during start-up"):
+        failing.start()
+    assert failing.log_path.parent == tmp_path / "cache" and "no-such-flag" in failing.log_path.read_text()
 
 
 def test_missing_binary_says_to_run_make_install(monkeypatch):

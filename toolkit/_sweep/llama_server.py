@@ -126,11 +126,11 @@ class LlamaServer:
     repack : bool
         Allow llama.cpp's weight repacking (off by default; see the module notes).
     log_path : str, path or None
-        Server log file; None puts ``llama-server-<port>.log`` in the cache folder.
+        Server log file, kept. None puts ``llama-server-<port>.log`` in the cache folder and removes
+        it when the server is stopped, unless the server failed to start or exited on its own.
     kv_unified : bool
         One KV buffer for all slots (``--kv-unified``; module notes), so that every engine step is
-        one micro-batch; False gives each slot its own stream (llama.cpp's default with
-        ``--parallel``).
+        one micro-batch; False gives each slot its own stream (llama.cpp's default with ``--parallel``).
 
     Returns
     -------
@@ -178,6 +178,7 @@ class LlamaServer:
         self.kv_unified = kv_unified
         self.model_path = None if model_path is None else Path(model_path)
         self.log_path = None if log_path is None else Path(log_path)
+        self._own_log = log_path is None
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -250,21 +251,24 @@ class LlamaServer:
         try:
             self._wait_healthy()
         except BaseException:
+            self._own_log = False  # the error cites it
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s). Safe to call twice."""
+        """Stop the server (SIGTERM, then SIGKILL after 10 s), removing a default log. Safe to call twice."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
-            return
+            return  # a server that exited on its own keeps its log
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> LlamaServer:
         return self.start()
