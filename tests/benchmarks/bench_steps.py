@@ -12,8 +12,9 @@ up to what the model says while the percentiles miss, the miss is in the schedul
 the iterations themselves run slow, the server was slower during the replay than in its profile.
 
 The debug log costs the server some CPU of its own (it formats a line per token), so these replays are
-not the report's; compare within a run. Writes reports/bench/steps.json and every iteration beside its
-prediction to reports/bench/steps_iterations.csv. Results from a busy host are marked.
+not the report's; compare within a run. Writes reports/bench/steps.json, every iteration beside its prediction to
+reports/bench/steps_iterations.csv, and the log lines of the iteration furthest above its prediction
+to reports/bench/steps_slowest_iteration.log. Results from a busy host are marked.
 """
 
 from __future__ import annotations
@@ -89,6 +90,16 @@ def _against_model(iterations: pd.DataFrame, cm: object) -> tuple[dict, pd.DataF
     return summary, frame
 
 
+def _log_excerpt(lines: list[str], start_s: float, step_ms: float, *, limit: int = 400) -> list[str]:
+    """The log lines of one iteration, from its start to the next (at most ``limit``), for the record
+    of what the server did while an iteration ran far beyond its prediction."""
+    from toolkit._sweep.server_log import log_seconds
+
+    end_s = start_s + step_ms / 1e3
+    inside = [line for line in lines if (at := log_seconds(line)) is not None and start_s <= at <= end_s + 1e-3]
+    return inside[:limit]
+
+
 def main() -> None:
     import toolkit as tk
     from toolkit._model.host import measure_host
@@ -121,11 +132,12 @@ def main() -> None:
                 passes.append(tk.profile(server=server, repeats=1, progress=False))
         # the server is idle at both ends of a replay, so its stretch of the log holds whole iterations
         text = log_path.read_bytes()
-        segments = []
+        segments, logs = [], []
         for k, (a, b) in enumerate(spans):
             segment = Path(tmp) / f"replay{k}.log"
             segment.write_bytes(text[a:b])
             segments.append(server_iterations(segment))
+            logs.append(text[a:b].decode(errors="replace").splitlines())
 
     rows, tables = [], []
     for k, (requests, iterations) in enumerate(zip(replays, segments)):
@@ -169,7 +181,11 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "steps.json").write_text(json.dumps(result, indent=1) + "\n")
-    pd.concat(tables).round(3).to_csv(OUT / "steps_iterations.csv", index=False)
+    every = pd.concat(tables)
+    every.round(3).to_csv(OUT / "steps_iterations.csv", index=False)
+    slowest = every.loc[(every["step_ms"] / every["predicted_ms"]).idxmax()]
+    excerpt = _log_excerpt(logs[int(slowest["seed"]) - 1000], slowest["start_s"], slowest["step_ms"])
+    (OUT / "steps_slowest_iteration.log").write_text("\n".join(excerpt) + "\n")
     for r in rows:
         s = r["steps"]
         print(

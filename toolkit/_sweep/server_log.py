@@ -44,6 +44,15 @@ ITERATION_COLUMNS = (
 )
 
 
+def log_seconds(line: str) -> float | None:
+    """Seconds since the server started of a log line's timestamp; None for a line without one."""
+    stamp = _STAMP.match(line)
+    if stamp is None:
+        return None
+    minutes, seconds, ms, us = map(int, stamp.groups())
+    return minutes * 60 + seconds + ms / 1e3 + us / 1e6
+
+
 def server_iterations(log_path: str | os.PathLike) -> pd.DataFrame:
     """One row per engine iteration of a llama-server debug log (see the module docstring).
 
@@ -82,12 +91,11 @@ def server_iterations(log_path: str | os.PathLike) -> pd.DataFrame:
 
     with open(log_path, errors="replace") as log:
         for line in log:
-            stamp = _STAMP.match(line)
-            if stamp is None:
+            at_s = log_seconds(line)
+            if at_s is None:
                 continue
             if "posting NEXT_RESPONSE" in line or "all slots are idle" in line:
-                minutes, seconds, ms, us = map(int, stamp.groups())
-                close(minutes * 60 + seconds + ms / 1e3 + us / 1e6)
+                close(at_s)
                 decoding, chunks = [], []
             elif match := _NEW_PROMPT.search(line):
                 prompt_tokens[int(match[1])] = int(match[2])
@@ -105,8 +113,6 @@ def server_iterations(log_path: str | os.PathLike) -> pd.DataFrame:
                     if chunk[0] == slot:
                         chunk[2] = prompt_tokens[slot]
             elif "decode: n_batch (effective)" in line:
-                minutes, seconds, ms, us = map(int, stamp.groups())
-                at_s = minutes * 60 + seconds + ms / 1e3 + us / 1e6
                 close(at_s)
                 running = {
                     "start_s": at_s,
