@@ -118,9 +118,10 @@ def _replay_comparison(
     max_num_batched_tokens: int,
     prefill_breaks: tuple[int, ...],
     prefill_start_breaks: tuple[int, ...],
+    intervals: bool = True,
 ) -> tuple[pd.DataFrame, tuple[float, float]]:
     """:func:`replay_accuracy`'s table and the 95% interval of its median |error| over the latency
-    percentiles."""
+    percentiles; with ``intervals`` False, NaN for every interval and no bootstrap run."""
     ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s")
     prompt = np.maximum(ok["prompt_tokens"].round(), 1).astype(int)
     cached = np.minimum(ok["cached_tokens"].fillna(0.0).clip(lower=0).round(), prompt - 1).astype(int)
@@ -140,7 +141,11 @@ def _replay_comparison(
     sim = result.requests  # in trace order: row i is request i of ``ok``
     predicted = {metric: sim[f"{metric.removesuffix('_ms')}_s"].to_numpy() * 1e3 for metric in REPLAY_METRICS}
     measured = {metric: ok[metric].to_numpy(float) for metric in REPLAY_METRICS}
-    low, high, median_ci = replay_error_ci95(predicted, measured, REPLAY_PERCENTILES)
+    if intervals:
+        low, high, median_ci = replay_error_ci95(predicted, measured, REPLAY_PERCENTILES)
+    else:
+        low = high = [np.nan] * (len(REPLAY_METRICS) * len(REPLAY_PERCENTILES))
+        median_ci = (np.nan, np.nan)
     rows = []
     for metric in REPLAY_METRICS:
         for q in REPLAY_PERCENTILES:

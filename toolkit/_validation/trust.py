@@ -215,7 +215,7 @@ def trust_check(
             label: _replay_comparison(
                 replay_requests,
                 cost_model(model, gpu, quant, calibration=fit, max_num_batched_tokens=max_num_batched_tokens),
-                max_batch=max_batch, **scheduling, **starts,
+                max_batch=max_batch, intervals=label == "both", **scheduling, **starts,
             )
             for label, fit in fits.items()
         }  # fmt: skip
