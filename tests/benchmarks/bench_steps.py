@@ -181,7 +181,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "steps.json").write_text(json.dumps(result, indent=1) + "\n")
-    every = pd.concat(tables)
+    every = pd.concat(tables, ignore_index=True)
     every.round(3).to_csv(OUT / "steps_iterations.csv", index=False)
     slowest = every.loc[(every["step_ms"] / every["predicted_ms"]).idxmax()]
     excerpt = _log_excerpt(logs[int(slowest["seed"]) - 1000], slowest["start_s"], slowest["step_ms"])
