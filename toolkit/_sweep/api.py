@@ -45,6 +45,7 @@ from toolkit._sweep.plan import _Plan
 from toolkit._sweep.probe import _probe
 from toolkit._sweep.result import SweepResult
 from toolkit._sweep.runner import _Runner
+from toolkit._sweep.session import CLIENT_LIMITS
 
 __all__ = ["run_sweep", "sweep"]
 
@@ -178,7 +179,7 @@ async def sweep(
     async with httpx.AsyncClient(
         headers={"Accept-Encoding": "identity"},  # nothing to gain from compressing a stream
         timeout=httpx.Timeout(plan.timeout_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        limits=CLIENT_LIMITS,
         trust_env=False,  # a benchmark talks to base_url directly, never through an env proxy
     ) as client:
         models = await _probe(

@@ -16,6 +16,13 @@ from toolkit._sweep.probe import _probe
 
 __all__: list[str] = []
 
+# The harness's connection pool. An idle connection is dropped after 2 s, before the server's own
+# keep-alive timeout closes it (5 s in llama-server's cpp-httplib, CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND,
+# and in uvicorn's --timeout-keep-alive default): with httpx's default of 5 s, a request sent on a
+# connection the server is closing at that moment fails with "Server disconnected without sending a
+# response" (seen once in a replay against the local llama-server, 2026-12-05).
+CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+
 
 @dataclass
 class _Session:
@@ -44,7 +51,7 @@ async def session(
     async with httpx.AsyncClient(
         headers={"Accept-Encoding": "identity"},
         timeout=httpx.Timeout(timeout_s),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        limits=CLIENT_LIMITS,
         trust_env=False,
     ) as client:
         models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
