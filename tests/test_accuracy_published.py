@@ -57,17 +57,20 @@ def test_offline_prompts_share_a_prefill_step_but_attend_only_to_themselves():
     cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "fp16", backend="vllm")
     # 8,192-token steps hold 64 prompts of 128 tokens. Compute: 2 x (8.0303e9 - 128,256 x 4,096 x 2)
     # FLOPs per token for the 8,192 tokens, plus 64 prompts x 128 x 129 / 2 causal pairs x 32 layers
-    # x 4 x 32 heads x 128; at 989.4 TFLOPS x 0.55. Memory (16.0606 GB of weights and 8,192 tokens of
+    # x 4 x 32 heads x 128, plus a row of logits (2 x 128,256 x 4,096) for each prompt's last token; at
+    # 989.4 TFLOPS x 0.55. Memory (16.0606 GB of weights and 8,192 tokens of
     # KV written, 131,072 B each, at 3,350 GB/s x 0.7) is far below and adds its serial share 0.3; plus the
     # 0.5 ms step overhead.
     flops = 2 * (8.0303e9 - 128_256 * 4_096 * 2) * 8_192 + 64 * 128 * 129 / 2 * 32 * 4 * 32 * 128
+    flops += 64 * 2 * 128_256 * 4_096
     memory_ms = (8.0303e9 * 2 + 8_192 * 131_072) / (3350e9 * 0.7) * 1e3
     expected = (flops / (989.4e12 * 0.55) * 1e3 + 0.3 * memory_ms + 0.5) / 8_192
     assert _prefill_ms_per_token(cm, 128) == pytest.approx(expected, rel=1e-9)
     # a static batch of 64 such prompts prefills in that one step
     assert _packed_prefill_ms(cm, 128, 64) == pytest.approx(expected * 8_192, rel=1e-9)
-    # a 20,000-token prompt: chunks of 8,192, 8,192 and 3,616 tokens after 0, 8,192 and 16,384 of context
-    chunks = cm.step_ms(0, 0, 8_192, 0) + cm.step_ms(0, 0, 8_192, 8_192) + cm.step_ms(0, 0, 3_616, 16_384)
+    # a 20,000-token prompt: chunks of 8,192, 8,192 and 3,616 tokens after 0, 8,192 and 16,384 of context,
+    # the last one ending it
+    chunks = cm.step_ms(0, 0, 8_192, 0, 0) + cm.step_ms(0, 0, 8_192, 8_192, 0) + cm.step_ms(0, 0, 3_616, 16_384, 1)
     assert _prefill_ms_per_token(cm, 20_000) == pytest.approx(chunks / 20_000, rel=1e-12)
 
 

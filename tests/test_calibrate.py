@@ -108,7 +108,8 @@ def _synthetic_lanes(truth: dict, seed: int, noise: float = 0.03) -> pd.DataFram
     """A 32-lane sweep of Llama-3.1-8B on an H100 whose times follow the documented observation model.
 
     TPOT = one decode step of ``b = in_flight`` sequences at the lane's mean context; TTFT: lanes
-    0..in_flight-1 form the first wave (all their uncached prompts in one step), later lanes wait half
+    0..in_flight-1 form the first wave (all their uncached prompts in one step that ends each of
+    them), later lanes wait half
     a decode step and are prefilled beside ``b - 1`` decodes. Each time gets ``noise`` relative
     Gaussian error.
     """
@@ -125,7 +126,7 @@ def _synthetic_lanes(truth: dict, seed: int, noise: float = 0.03) -> pd.DataFram
             context = prompt[lane] + output[lane] / 2
             tpot = cm.step_ms(limit, limit * context)
             if lane < limit:
-                ttft = cm.step_ms(0, 0, wave, cached[lane])
+                ttft = cm.step_ms(0, 0, wave, cached[lane], limit)
             else:
                 others = limit - 1
                 ttft = min(others, 1) * 0.5 * cm.step_ms(others, others * context) + cm.step_ms(

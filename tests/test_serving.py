@@ -141,15 +141,16 @@ def test_moe_decode_reads_more_experts_as_the_batch_grows():
 
 def test_ttft_hand_derived_and_vectorised():
     # Llama-3.1-8B bf16 on H100 SXM, 4,096 tokens: FLOPs 2 x 6,979,626,848 x 4,096
-    #   + 524,288 x 4,096 x 4,097 / 2 = 5.7177e13 + 4.3990e12 = 6.1576e13 -> / 544.17e12 = 113.1562 ms;
+    #   + 524,288 x 4,096 x 4,097 / 2 + the last token's logits 2 x 128,256 x 4,096 = 5.7177e13 + 4.3990e12
+    #   + 1.0507e9 = 6.1577e13 -> / 544.17e12 = 113.1582 ms;
     # the shorter memory part (16.0606e9 + 4,096 x 131,072 KV written) / 2,345e9 = 7.0778 ms adds 0.3 x that
-    # -> 113.1562 + 2.1233 + 0.5 + 10 = 125.7796 ms
+    # -> 113.1582 + 2.1233 + 0.5 + 10 = 125.7815 ms
     got = toolkit.ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", [1, 4096])
     assert got.shape == (2,)
-    assert got[1] == pytest.approx(125.7796, rel=1e-5)
+    assert got[1] == pytest.approx(125.7815, rel=1e-5)
     # one token is bound by reading the weights once: (16.0606e9 + 131,072) / 2,345e9 = 6.84893 ms, plus
-    # 0.3 x its (13,959,253,696 + 524,288) FLOPs / 544.17e12 = 0.3 x 0.025653 ms, + 10.5
-    assert got[0] == pytest.approx(17.35662, rel=1e-5)
+    # 0.3 x its (13,959,253,696 + 524,288 + 1,050,673,152 of logits) FLOPs / 544.17e12 = 0.3 x 0.027584 ms, + 10.5
+    assert got[0] == pytest.approx(17.35720, rel=1e-5)
 
 
 def test_ttft_cached_prefix_only_pays_for_the_rest():
@@ -157,10 +158,10 @@ def test_ttft_cached_prefix_only_pays_for_the_rest():
     full = cm.ttft_ms(4096)
     cached = cm.ttft_ms(4096, cached_tokens=3072)
     # 1,024 new tokens attending to 3,072 cached ones: 2 x 6,979,626,848 x 1,024 = 1.42943e13 FLOPs
-    #   + 524,288 x (1,024 x 3,072 + 1,024 x 1,025 / 2 = 3,670,528 pairs) = 1.92442e12
-    #   = 1.62187e13 / 544.17e12 = 29.8045 ms, longer than the memory part (16.0606e9 + 131,072 x (3,072
-    #   read + 1,024 written)) / 2,345e9 = 7.0778 ms, which adds 0.3 x that: + 2.1233 + 0.5 + 10 = 42.428 ms
-    assert cached == pytest.approx(42.428, rel=1e-4)
+    #   + 524,288 x (1,024 x 3,072 + 1,024 x 1,025 / 2 = 3,670,528 pairs) = 1.92442e12, + 1.0507e9 of logits
+    #   = 1.62197e13 / 544.17e12 = 29.8064 ms, longer than the memory part (16.0606e9 + 131,072 x (3,072
+    #   read + 1,024 written)) / 2,345e9 = 7.0778 ms, which adds 0.3 x that: + 2.1233 + 0.5 + 10 = 42.4297 ms
+    assert cached == pytest.approx(42.4297, rel=1e-5)
     assert cached < full
     assert cm.ttft_ms(4096, cached_tokens=4096) < cached  # a full hit still computes one token
 
@@ -172,13 +173,29 @@ def test_sliding_window_caps_prefill_attention():
     per_pair = 4 * 4 * 256  # 4 x heads x head_dim, per layer
     attention = per_pair * (3 * 2_098_176 + 15 * 917_760)
     body = 2 * (0.2681e9 - 262_144 * 640)  # tied embeddings: counted once
-    expected = (body * 2048 + attention) / 544.17e12 * 1e3
+    logits = 2 * 262_144 * 640  # one row: the prompt's last token
+    expected = (body * 2048 + logits + attention) / 544.17e12 * 1e3
     assert cm.step_terms(0, 0, 2048)["compute_ms"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_chunk_that_ends_no_prompt_computes_no_logits_and_reads_no_output_matrix():
+    # Gemma-3-270M bf16 on H100 SXM: its tied embedding, 262,144 x 640 x 2 bytes = 335,544,320 bytes, is
+    # also its output matrix. A 100-token chunk that ends no prompt skips its read, 335,544,320 B /
+    # 2,345e9 B/s = 0.143089 ms, and its one row of logits, 2 x 262,144 x 640 FLOPs / 544.17e12 = 0.000617 ms.
+    cm = toolkit.cost_model("gemma-3-270m", "H100 SXM", "bf16")
+    ending, middle = (cm.step_terms(0, 0, 100, 0, last_chunks=e) for e in (1, 0))
+    assert ending["memory_ms"] - middle["memory_ms"] == pytest.approx(0.143089, rel=1e-5)
+    assert ending["compute_ms"] - middle["compute_ms"] == pytest.approx(0.000617, rel=1e-3)
+    # two prompts ending in one step compute two rows; a decoding sequence computes its own, so the
+    # step reads the output matrix whatever the chunk
+    assert cm.step_terms(0, 0, 100, 0, 2)["compute_ms"] - ending["compute_ms"] == pytest.approx(0.000617, rel=1e-3)
+    assert cm.step_terms(1, 50, 100, 0, 0)["memory_ms"] == cm.step_terms(1, 50, 100, 0, 1)["memory_ms"]
 
 
 # ---- chimeraforge 0.6.0 TTFT claims (reference A4: 2 x params x tokens / (TFLOPS x 0.4)) ----------
 # Ours for Llama-2-7B fp16, 512 tokens: non-embedding params 6.7384e9 - 2 x 32,000 x 4,096 = 6,476,256,000;
-# FLOPs 2 x 6,476,256,000 x 512 + 4 x 32 x 128 x 32 x 512 x 513 / 2 = 6.63169e12 + 6.8854e10 = 6.70054e12;
+# FLOPs 2 x 6,476,256,000 x 512 + 4 x 32 x 128 x 32 x 512 x 513 / 2 + the last token's logits
+# 2 x 32,000 x 4,096 = 6.63169e12 + 6.8854e10 + 2.6214e8 = 6.70080e12;
 # bytes: weights 6.7384e9 x 2 + 512 tokens x 524,288 B of KV written = 13.7452e9. Compute is the longer part
 # on all three; the memory part adds 0.3 x its time.
 
@@ -186,12 +203,12 @@ def test_sliding_window_caps_prefill_attention():
 @pytest.mark.parametrize(
     "gpu, ours, theirs",
     [
-        # 6.70054e12 / (989.4e12 x 0.55) = 12.31332 ms + 0.3 x (13.7452e9 B / 2,345e9 = 5.86151 ms) + 10.5 = 24.5718
-        ("H100 SXM", 24.57177, 18.1),
-        # / (165.2e12 x 0.55) = 73.74576 ms + 0.3 x (/ 705.6e9 = 19.48021 ms) + 10.5 = 90.0898
-        ("RTX 4090", 90.08982, 108.5),
-        # / (65e12 x 0.55) = 187.42769 ms + 0.3 x (/ 224e9 = 61.36266 ms) + 10.5 = 216.3365
-        ("T4", 216.33649, 275.7),
+        # 6.70080e12 / (989.4e12 x 0.55) = 12.31380 ms + 0.3 x (13.7452e9 B / 2,345e9 = 5.86149 ms) + 10.5 = 24.5723
+        ("H100 SXM", 24.57225, 18.1),
+        # / (165.2e12 x 0.55) = 73.74865 ms + 0.3 x (/ 705.6e9 = 19.48016 ms) + 10.5 = 90.0927
+        ("RTX 4090", 90.09269, 108.5),
+        # / (65e12 x 0.55) = 187.43502 ms + 0.3 x (/ 224e9 = 61.36250 ms) + 10.5 = 216.3438
+        ("T4", 216.34377, 275.7),
     ],
 )
 def test_chimeraforge_ttft_7b_512(gpu, ours, theirs):

@@ -230,6 +230,22 @@ GOLDEN = {
 }
 
 
+class _Recorded:
+    """The cost model as the runs were recorded: before a step's logits and output matrix were
+    charged to the steps that compute logits (every step read the output matrix, and only decoded
+    tokens computed logits). With no output matrix to skip and no prompt ending, the step formula is
+    that one."""
+
+    def __init__(self, cm):
+        self._cm = dataclasses.replace(cm, output_weights_bytes=0.0)
+
+    def __getattr__(self, name):
+        return getattr(self._cm, name)
+
+    def step_ms(self, decode_seqs, kv_tokens, prefill_tokens=0, prefill_context_tokens=0):
+        return self._cm.step_ms(decode_seqs, kv_tokens, prefill_tokens, prefill_context_tokens, 0)
+
+
 def _digest(requests: pd.DataFrame) -> str:
     h = hashlib.sha256()
     for col in ("arrival_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s"):
@@ -247,17 +263,18 @@ def test_simulation_reproduces_the_recorded_run(name):
     kwargs["calibration"] = {**kwargs.get("calibration", {}), "seq_overhead_us": 0.0, "mfu": 0.5, "serial_share": 0.0}
     if name == "trace":
         kwargs["trace"] = _trace()
+    cm = cost_model(
+        kwargs["model"],
+        kwargs["gpu"],
+        kwargs["quant"],
+        tensor_parallel=kwargs.get("tensor_parallel", 1),
+        calibration=kwargs["calibration"],
+        max_num_batched_tokens=kwargs.get("max_num_batched_tokens", 2048),
+    )
     if kwargs.get("tensor_parallel", 1) > 1:
         # recorded with the all-reduce at the NVLink line rate, before issue 17's NCCL share of it (0.82)
-        cm = cost_model(
-            kwargs["model"],
-            kwargs["gpu"],
-            kwargs["quant"],
-            tensor_parallel=kwargs["tensor_parallel"],
-            calibration=kwargs["calibration"],
-            max_num_batched_tokens=kwargs.get("max_num_batched_tokens", 2048),
-        )
-        kwargs["cost"] = dataclasses.replace(cm, allreduce_gb_s=cm.interconnect_gb_s)
+        cm = dataclasses.replace(cm, allreduce_gb_s=cm.interconnect_gb_s)
+    kwargs["cost"] = _Recorded(cm)
     result = simulate(**kwargs)
     s = result.summary.iloc[0]
     digest, e2e_p95, ttft_p95, utilization, throughput, preemptions, e2e_sum = GOLDEN[name]

@@ -14,7 +14,8 @@ the iterations themselves run slow, the server was slower during the replay than
 The debug log costs the server some CPU of its own (it formats a line per token), so these replays are
 not the report's; compare within a run. Writes reports/bench/steps.json, every iteration beside its prediction to
 reports/bench/steps_iterations.csv, and the log lines of the iteration furthest above its prediction
-to reports/bench/steps_slowest_iteration.log. Results from a busy host are marked.
+to reports/bench/steps_slowest_iteration.log, and the profile passes and replays measured to
+reports/bench/steps_profile.csv and steps_replays.csv. Results from a busy host are marked.
 """
 
 from __future__ import annotations
@@ -39,15 +40,14 @@ WINDOW_S = 20
 
 
 def _kind(iterations: pd.DataFrame) -> pd.Series:
-    """What an iteration holds: decodes only (by count), a prompt chunk alone (by size), or both."""
+    """What an iteration holds: decodes only (by count), a prompt chunk alone (by size, and whether it
+    ends its prompt: only then does it compute logits), or both."""
     decodes = iterations["decode_seqs"]
     prefill = iterations["prefill_tokens"]
-    alone = np.where(
-        prefill <= 4,
-        "prompt chunk alone, 1-4 tokens",
-        np.where(prefill < 64, "prompt chunk alone, 5-63 tokens", "prompt chunk alone, 64+ tokens"),
-    )
-    mixed = np.where(prefill <= 4, "decodes + 1-4 prompt tokens", "decodes + 5+ prompt tokens")
+    ends = np.where(iterations["last_chunks"] > 0, "ending a prompt", "ending none")
+    size = np.where(prefill <= 4, "1-4 tokens", np.where(prefill < 64, "5-63 tokens", "64+ tokens"))
+    alone = "prompt chunk alone, " + pd.Series(size, index=iterations.index) + ", " + ends
+    mixed = "decodes + prompt chunk, " + pd.Series(ends, index=iterations.index)
     only = np.where(decodes <= 2, "decodes only, " + decodes.astype(str), "decodes only, 3+")
     return pd.Series(np.where(prefill == 0, only, np.where(decodes == 0, alone, mixed)), index=iterations.index)
 
@@ -61,6 +61,7 @@ def _against_model(iterations: pd.DataFrame, cm: object) -> tuple[dict, pd.DataF
             iterations["kv_tokens"].to_numpy(),
             iterations["prefill_tokens"].to_numpy(),
             iterations["prefill_context_tokens"].to_numpy(),
+            iterations["last_chunks"].to_numpy(),
         )
     )
     frame = iterations.assign(predicted_ms=predicted, kind=_kind(iterations))
@@ -185,6 +186,9 @@ def main() -> None:
     (OUT / "steps.json").write_text(json.dumps(result, indent=1) + "\n")
     every = pd.concat(tables, ignore_index=True)
     every.round(3).to_csv(OUT / "steps_iterations.csv", index=False)
+    # the measurements themselves, for predicting the same replays with another model
+    pd.concat([p.assign(profile_pass=k) for k, p in enumerate(passes)]).to_csv(OUT / "steps_profile.csv", index=False)
+    pd.concat([r.assign(seed=1000 + k) for k, r in enumerate(replays)]).to_csv(OUT / "steps_replays.csv", index=False)
     slowest = every.loc[(every["step_ms"] / every["predicted_ms"]).idxmax()]
     excerpt = _log_excerpt(logs[int(slowest["seed"]) - 1000], slowest["start_s"], slowest["step_ms"])
     (OUT / "steps_slowest_iteration.log").write_text("\n".join(excerpt) + "\n")

@@ -83,16 +83,17 @@ def predict_ms(
     m = obs["decoding"].to_numpy()
     tpot = cm.step_ms(b, b * context)
     wait = np.minimum(m, 1.0) * 0.5 * cm.step_ms(m, m * context)
+    prompts = obs["wave_prompts"].to_numpy()  # each ends in the wave's last step
     if prefill_breaks or prefill_starts:
         own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
-        together = wave / own  # prompts of the wave, each cut at the same breaks
+        together = wave / own  # the wave's tokens, as prompts of this one's size cut at the same breaks
         prefill = np.zeros(len(obs))
         chunks = prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens, cached, prefill_starts)
         for chunk, done in chunks:
-            step = cm.step_ms(m, m * context, chunk * together, cached + done)
+            step = cm.step_ms(m, m * context, chunk * together, cached + done, prompts * (done + chunk >= own))
             prefill = prefill + np.where(chunk > 0, step, 0.0)
     else:
-        prefill = cm.step_ms(m, m * context, wave, cached)
+        prefill = cm.step_ms(m, m * context, wave, cached, prompts)
     ttft = wait + prefill + cm.request_overhead_ms
     return np.where(obs["kind"].to_numpy() == "tpot", tpot, ttft)
 

@@ -8,9 +8,9 @@ becomes one observation that the ONE cost model (:class:`toolkit._model.serving.
 - TTFT: the lane arrives while ``m`` other sequences decode, waits for the running step to end
   (half a decode step on average, when ``m > 0``), and is prefilled in one step together with the
   ``m`` decodes and with the lanes that arrived at the same moment (its "wave"):
-  ``min(m, 1) 0.5 cm.step_ms(m, m context) + cm.step_ms(m, m context, W, cached) +
+  ``min(m, 1) 0.5 cm.step_ms(m, m context) + cm.step_ms(m, m context, W, cached, N) +
   request_overhead_ms``, where ``W`` is the uncached prompt tokens (``prompt - cached``) of the
-  wave. Alone at one in flight this is ``cm.ttft_ms(prompt, cached)``. With the lanes' ``start_s``
+  wave and ``N`` its prompts, each ending in that step. Alone at one in flight this is ``cm.ttft_ms(prompt, cached)``. With the lanes' ``start_s``
   and ``end_s`` (the harness records them), the wave is the lanes of the level that started within
   half a decode step (the lane's TPOT) of it, and ``m`` the lanes still running when it started;
   without them, the first ``in_flight`` lanes (lane order, first attempt) form the first wave with
@@ -45,7 +45,8 @@ def observations(data: object) -> pd.DataFrame:
     """Turn sweep lanes, levels, a SweepResult or a profile into TTFT and TPOT observations (module docstring).
 
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
-    ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``decoding`` and ``measured_ms``; from a
+    ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``wave_prompts``, ``decoding`` and
+    ``measured_ms``; from a
     profile also ``cell`` (``decode``, ``batch``, ``prefill``), ``prompt_tokens_target`` and
     ``wave`` and ``repeat`` (the profile's wave number and pass: the fit's standard errors are
     clustered by wave and carry the drift between passes).
@@ -91,11 +92,12 @@ def _from_lanes(lanes: pd.DataFrame, levels: pd.DataFrame | None) -> pd.DataFram
     cached = np.clip(cached.fillna(0.0), 0.0, df["prompt_tokens"] - 1)
     new = df["prompt_tokens"] - cached
     if {"start_s", "end_s"} <= set(df.columns) and df[["start_s", "end_s"]].notna().all().all():
-        wave, decoding, batch = _timeline(df, new)
+        wave, prompts, decoding, batch = _timeline(df, new)
     else:
         first = (df["attempt"] == 1 if "attempt" in df.columns else True) & (df["lane"] < df["in_flight"])
         keys = [df[k] for k in ("in_flight", "repeat") if k in df.columns]
         wave = new.where(first, 0.0).groupby(keys).transform("sum").where(first, new)
+        prompts = first.astype(float).groupby(keys).transform("sum").where(first, 1.0)
         decoding = (np.clip(batch, 1.0, limit) - 1).where(~first, 0.0)
     return _frame(
         in_flight=limit,
@@ -106,15 +108,16 @@ def _from_lanes(lanes: pd.DataFrame, levels: pd.DataFrame | None) -> pd.DataFram
         ttft=df["ttft_ms"].astype(float),
         tpot=df["tpot_ms"].astype(float),
         wave_tokens=wave,
+        wave_prompts=prompts,
         decoding=decoding,
     )
 
 
-def _timeline(df: pd.DataFrame, new: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From the attempts' start and end times: the uncached tokens of each attempt's wave, the
-    sequences already running when it started, and the mean number of sequences (itself included)
-    running while it decoded."""
-    wave, decoding, batch = np.zeros(len(df)), np.zeros(len(df)), np.ones(len(df))
+def _timeline(df: pd.DataFrame, new: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """From the attempts' start and end times: the uncached tokens and the prompts of each attempt's
+    wave, the sequences already running when it started, and the mean number of sequences (itself
+    included) running while it decoded."""
+    wave, prompts, decoding, batch = np.zeros(len(df)), np.ones(len(df)), np.zeros(len(df)), np.ones(len(df))
     keys = [k for k in ("in_flight", "repeat") if k in df.columns]
     for _, group in df.groupby(keys):
         idx = group.index.to_numpy()
@@ -126,11 +129,12 @@ def _timeline(df: pd.DataFrame, new: pd.Series) -> tuple[np.ndarray, np.ndarray,
         same = np.abs(start[:, None] - start[None, :]) <= tol[:, None]
         running = (start[None, :] < start[:, None] - tol[:, None]) & (end[None, :] > start[:, None])
         wave[idx] = same @ new[group.index].to_numpy(float)
+        prompts[idx] = same.sum(axis=1)
         decoding[idx] = running.sum(axis=1)
         overlap = np.clip(np.minimum(end[None, :], end[:, None]) - np.maximum(start[None, :], first[:, None]), 0, None)
         span = end - first
         batch[idx] = np.where(span > 0, overlap.sum(axis=1) / np.where(span > 0, span, 1.0), 1.0)
-    return wave, decoding, batch
+    return wave, prompts, decoding, batch
 
 
 def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
@@ -160,6 +164,7 @@ def _from_profile(profile: pd.DataFrame) -> pd.DataFrame:
         ttft=np.where(single, df["ttft_ms"].astype(float), np.nan),
         tpot=(df["itl_ms_p50"] if "itl_ms_p50" in df.columns else df["tpot_ms"]).astype(float).fillna(df["tpot_ms"]),
         wave_tokens=df["prompt_tokens"].astype(float) - cached,
+        wave_prompts=np.ones(len(df)),
         decoding=np.zeros(len(df)),
         labels={
             "cell": df["cell"],
@@ -197,11 +202,14 @@ def _from_levels(levels: pd.DataFrame) -> pd.DataFrame:
         tpot=levels["tpot_p50_ms"].astype(float),
         # the median lane is in the first wave when that wave is most of the level
         wave_tokens=np.where(first, together, 1.0) * prompt * (1 - hit.clip(0, 1)),
+        wave_prompts=np.where(first, together, 1.0),
         decoding=np.where(first, 0.0, batch - 1),
     )
 
 
-def _frame(in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, decoding, labels=None) -> pd.DataFrame:
+def _frame(
+    in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, wave_prompts, decoding, labels=None
+) -> pd.DataFrame:
     prompt = np.maximum(np.asarray(prompt, float), 1.0)
     cached = np.clip(np.asarray(cached, float), 0.0, prompt)
     output = np.asarray(output, float)
@@ -213,6 +221,7 @@ def _frame(in_flight, batch, prompt, cached, output, ttft, tpot, wave_tokens, de
         "cached_tokens": cached,
         "context_tokens": prompt + np.nan_to_num(output, nan=1.0) / 2,
         "wave_tokens": np.maximum(np.asarray(wave_tokens, float), 1.0),
+        "wave_prompts": np.maximum(np.asarray(wave_prompts, float), 1.0),
         "decoding": np.asarray(decoding, float),
     }
     ttft_rows = pd.DataFrame({"kind": "ttft", **base, "measured_ms": np.asarray(ttft, float)})

@@ -57,13 +57,14 @@ class _PrefixCached:
         self.request_overhead_ms = cm.request_overhead_ms
         self.max_batch = cm.max_batch
 
-    def step_ms(self, decode_seqs, kv_tokens, prefill_tokens=0, prefill_context_tokens=0):
+    def step_ms(self, decode_seqs, kv_tokens, prefill_tokens=0, prefill_context_tokens=0, last_chunks=1):
         n = np.asarray(decode_seqs, dtype=float)
         return self._cm.step_ms(
             n,
             np.asarray(kv_tokens, dtype=float) + n * self._cached,
             prefill_tokens,
             np.asarray(prefill_context_tokens, dtype=float) + self._cached,
+            last_chunks,
         )
 
 

@@ -70,6 +70,9 @@ class CostModel:
         Active parameters (MoE: per token), count.
     body_flops_per_token, logits_flops_per_token, attention_flops_per_pair : float
         Per GPU: 2 x non-embedding active parameters; 2 x vocab x hidden; 4 x heads x head_dim.
+    output_weights_bytes : float
+        Per GPU, the output matrix (vocab x hidden, the embedding when tied): read only by a step
+        that computes logits.
     kv_budget_bytes : float
         KV budget per GPU with the activation reserve of ``max_num_batched_tokens``.
     kv_budget_tokens : int
@@ -111,6 +114,7 @@ class CostModel:
     active_params: float
     body_flops_per_token: float
     logits_flops_per_token: float
+    output_weights_bytes: float
     attention_flops_per_pair: float
     kv_budget_bytes: float
     kv_budget_tokens: int
@@ -118,7 +122,12 @@ class CostModel:
     max_batch: float
 
     def step_terms(
-        self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
+        self,
+        decode_seqs: object,
+        kv_tokens: object,
+        prefill_tokens: object = 0,
+        prefill_context_tokens: object = 0,
+        last_chunks: object = 1,
     ) -> dict[str, np.ndarray]:
         """The parts of one engine step, in ms (broadcast over the inputs).
 
@@ -132,6 +141,11 @@ class CostModel:
             New prompt tokens prefilled this step (>= 0).
         prefill_context_tokens : int or array-like
             Earlier tokens the prefilled tokens attend to (>= 0).
+        last_chunks : int or array-like
+            Prompts whose last token is among the prefilled ones (>= 0; counted up to
+            ``prefill_tokens``): each computes a row of logits, as each decoding sequence does. 1, the
+            default, is a prefill that ends one prompt; 0 a chunk that ends none, which (with no
+            decoding sequences) reads no output matrix.
 
         Returns
         -------
@@ -143,9 +157,10 @@ class CostModel:
         kv = _nonneg("kv_tokens", kv_tokens)
         p = _nonneg("prefill_tokens", prefill_tokens)
         c = _nonneg("prefill_context_tokens", prefill_context_tokens)
-        memory_ms, compute_ms, overhead_ms = step_parts(vars(self), n, kv, p, c)
+        e = _nonneg("last_chunks", last_chunks)
+        memory_ms, compute_ms, overhead_ms = step_parts(vars(self), n, kv, p, c, e)
         step = combine(vars(self), memory_ms, compute_ms, overhead_ms)
-        shape = np.broadcast_shapes(n.shape, kv.shape, p.shape, c.shape)
+        shape = np.broadcast_shapes(n.shape, kv.shape, p.shape, c.shape, e.shape)
         return {
             "memory_ms": np.broadcast_to(memory_ms, shape),
             "compute_ms": np.broadcast_to(compute_ms, shape),
@@ -154,7 +169,12 @@ class CostModel:
         }
 
     def step_ms(
-        self, decode_seqs: object, kv_tokens: object, prefill_tokens: object = 0, prefill_context_tokens: object = 0
+        self,
+        decode_seqs: object,
+        kv_tokens: object,
+        prefill_tokens: object = 0,
+        prefill_context_tokens: object = 0,
+        last_chunks: object = 1,
     ) -> float | np.ndarray:
         """Duration of one engine iteration in ms: the roofline of memory and compute plus the step overhead.
 
@@ -168,13 +188,15 @@ class CostModel:
             New prompt tokens prefilled this step (>= 0).
         prefill_context_tokens : int or array-like
             Earlier (cached) tokens the prefilled tokens attend to (>= 0).
+        last_chunks : int or array-like
+            Prompts whose last token is among the prefilled ones (>= 0), as in :meth:`step_terms`.
 
         Returns
         -------
         float or numpy.ndarray
             Step time in ms; a float when every input is a scalar.
         """
-        args = (decode_seqs, kv_tokens, prefill_tokens, prefill_context_tokens)
+        args = (decode_seqs, kv_tokens, prefill_tokens, prefill_context_tokens, last_chunks)
         if all(isinstance(a, _SCALARS) and not isinstance(a, bool) and 0 <= a < math.inf for a in args):
             # scalar fast path for simulators stepping one iteration at a time; same formula
             return float(step_time(vars(self), *(float(a) for a in args)))

@@ -9,17 +9,21 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
     step_ms    = max(memory_ms, compute_ms) + serial_share x min(memory_ms, compute_ms)
                  + step_overhead_ms + seq_overhead_us x n + all-reduce
 
-* Weights read: all of them once per step (dense). An MoE reads its shared weights and the experts
-  the step's tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
+* Weights read: all of them once per step (dense), except the output matrix (vocab x hidden, the
+  embedding when tied) in a step that computes no logits: a prompt chunk that ends no prompt, with
+  no sequence decoding (engines compute logits only for the rows they sample from). An untied
+  model's input embedding counts as read too, though a lookup reads only its tokens' rows: the
+  default efficiencies were chosen with it counted (a few percent of a 7-8B model). An MoE reads its shared weights and the experts the step's
+  tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
   uniformly, the expected number of distinct experts touched is ``E (1 - (1 - k/E)^t)``: k at batch 1,
   approaching E as the batch grows (real routers are not uniform; this is the simplification).
 * KV read: every running sequence's KV (window layers capped at ``window`` tokens per sequence),
   plus the prefill's ``C`` context tokens; KV written: one token per decoded sequence and per prompt
   token.
 * FLOPs: 2 per active non-embedding parameter per token (the embedding lookup is no matmul), plus
-  2 x vocab x hidden for the logits of each decoded token (a prefill computes logits for its last
-  token only, which we neglect), plus attention: each (query, key) pair costs 4 x heads x head_dim
-  FLOPs per layer (QK^T and AV, a multiply-add each). A decode token attends to its sequence's
+  2 x vocab x hidden for each row of logits (one per decoded token and one per prompt whose last
+  token the step prefills: ``last_chunks``, 1 by default), plus attention: each (query, key) pair
+  costs 4 x heads x head_dim FLOPs per layer (QK^T and AV, a multiply-add each). A decode token attends to its sequence's
   context; prompt token i of a prefill attends to C + i keys, so the prefill has
   ``P*C + P(P+1)/2`` pairs (causal), window layers ``sum_i min(C + i, window)``.
 * Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
@@ -70,11 +74,11 @@ import math
 import numpy as np
 
 from toolkit._args import check_int, check_number
+from toolkit._model.constants import cost_constants
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import _efficiencies, engine_efficiencies
 from toolkit._model.memory import _check_tensor_parallel, efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
-from toolkit._model.terms import cost_constants
 
 __all__ = ["cost_model", "ttft_ms"]
 

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from toolkit._model.constants import cost_constants
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
 from toolkit._model.memory import _max_seqs
 from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
 from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL
 from toolkit._model.resolve import _MODEL_FIELDS as _MODEL_SPEC
 from toolkit._model.serving import _memory_settings
-from toolkit._model.terms import cost_constants, step_time, ttft_time
+from toolkit._model.terms import step_time, ttft_time
 from toolkit._planning.inputs import _support, quality_score
 
 __all__: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,15 @@ class _Clock:
 
     def __init__(self, cost: Any, kv_high: int):
         self._step_ms = step_formula(vars(cost))[2] if isinstance(cost, CostModel) else cost.step_ms
-        # one step in ms: the engine's counts are Python ints, which the step formula takes as it takes
+        # one step in ms, told how many prompts it ends (``last_chunks``) where the cost object takes
+        # that count: the engine's counts are Python ints, which the step formula takes as it takes
         # floats (every product stays far below 2**53, so the values are the same)
-        self.step_ms = (
-            self._step_ms
-            if isinstance(cost, CostModel)
-            else lambda n, kv, p, c: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
-        )
+        if isinstance(cost, CostModel):
+            self.step_ms = self._step_ms
+        elif "last_chunks" in inspect.signature(cost.step_ms).parameters:
+            self.step_ms = lambda n, kv, p, c, e: float(cost.step_ms(float(n), float(kv), float(p), float(c), float(e)))
+        else:
+            self.step_ms = lambda n, kv, p, c, e: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
         self._high = kv_high
         self.fits: dict[int, _Linear] = {}  # per batch size, as the engine asks for them
 

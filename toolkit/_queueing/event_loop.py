@@ -23,20 +23,18 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
     """Simulate the engine ``eng`` until every request has finished; return the time of the last event
     (s). ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
 
-    One pass of the loop handles one event of the current replica ``r``, whose state it holds in
-    locals: it ends the replica's phase (a mixed step, or a run of decode steps: its decodes and
-    prefills that finish, first tokens, completions) and plans its next one (preemptions, prefill
-    chunks and admissions in the step's token budget, then a mixed step or the longest run of
-    decode steps that nothing can interrupt). It is written out inline: it runs once per event.
+    One pass of the loop handles one event of the current replica ``r``, its state in locals: it
+    ends the replica's phase (a mixed step or a run of decode steps: prefills that finish, first
+    tokens, completions) and plans the next (preemptions, prefill chunks and admissions in the
+    step's token budget, then a mixed step or the longest uninterruptible run of decode steps).
 
-    With a queue per replica, nothing but an arrival can change what a replica does, and no
-    replica reads another's state except at an arrival: so ``r`` goes on with its next event at
-    once while that comes before the next arrival. Otherwise the next arrival, or the earliest
-    event of another replica (from the event heap, in (time, replica) order), comes first; an
-    arrival changes the next event of its replica in place (``r``'s in locals, another's by a new
-    heap entry that makes its old one stale), and only when another replica's event comes first
-    does ``r`` store its state and put its event in the heap (one sift: it takes the other's place).
-    (A shared queue is read by every replica: there each event goes through the heap.)
+    With a queue per replica, nothing but an arrival can change what a replica does, and no replica
+    reads another's state except at an arrival: so ``r`` goes on with its next event at once while
+    that comes before the next arrival. Otherwise the next arrival, or the earliest event of another
+    replica (from the event heap, in (time, replica) order), comes first; an arrival changes the
+    next event of its replica in place (``r``'s in locals, another's by a new heap entry that makes
+    its old one stale), and only when another replica's event comes first does ``r`` store its state
+    and put its event in the heap (one sift); with a shared queue every event goes through the heap.
     """
     v = eng._views
     prompt, output, arrival, admit_t, first_t, finish_t, cached = (
@@ -259,7 +257,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                 eng._preempt(r, now)
             n_dec, kv_dec, kv_used = r.n_dec, r.kv_dec, r.kv_used
         room = token_budget - n_dec
-        p_tokens = p_context = chunked = 0
+        p_tokens = p_context = chunked = ends = 0  # ends: prompts whose last chunk this is
         for entry in prefill:
             if room <= 0:
                 break
@@ -269,6 +267,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
             else:
                 chunk = entry[1] if entry[1] < room else room
             entry[3] = chunk
+            ends += chunk == entry[1]
             chunked += 1
             p_tokens += chunk
             p_context += entry[2]
@@ -289,6 +288,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
             left = need - done
             chunk = cast(int, prefill_chunk(left, room, breaks, done, starts)) if cut else left if left < room else room
             prefill.append([rid, left, done, chunk])
+            ends += chunk == left
             chunked += 1
             p_tokens += chunk
             p_context += done
@@ -297,7 +297,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
         r.t_start = now
         if chunked:
             phase = _STEP
-            end = now + step_ms(n_dec, kv_dec, p_tokens, p_context) / 1e3
+            end = now + step_ms(n_dec, kv_dec, p_tokens, p_context, ends) / 1e3
         elif n_dec:
             while heap[0][2] != epoch[heap[0][1]]:
                 heappop(heap)

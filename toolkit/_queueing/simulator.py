@@ -10,8 +10,8 @@ The engine is scheduled per iteration, the way vLLM's is. At the start of every 
    chunks of the requests still prefilling (admission order), then admits waiting requests (FCFS,
    stopping at the first that does not fit) while fewer than ``max_batch`` run, their whole prompt
    fits in the KV cache and budget is left, giving each a chunk;
-3. takes the step's duration from ``CostModel.step_ms(decode_seqs, kv_tokens, prefill_tokens,
-   prefill_context_tokens)``, the one cost model of the toolkit.
+3. takes the step's duration from the one cost model of the toolkit, ``CostModel.step_ms(decode_seqs,
+   kv_tokens, prefill_tokens, prefill_context_tokens, last_chunks)`` (prompts whose last chunk it prefills).
 
 A request whose last prompt chunk is prefilled emits its first token at the end of that step; it
 then decodes one token per step until ``output_tokens``. KV is counted in tokens; each running
@@ -172,7 +172,8 @@ def simulate(
         Efficiency overrides for the cost model.
     cost : object, optional
         Replaces the cost model: any object with ``step_ms(decode_seqs, kv_tokens, prefill_tokens,
-        prefill_context_tokens)`` (ms, numpy-broadcasting), ``kv_budget_tokens`` and
+        prefill_context_tokens)`` (ms, numpy-broadcasting; given ``last_chunks`` too where its
+        ``step_ms`` takes that argument), ``kv_budget_tokens`` and
         ``request_overhead_ms`` (optional ``kv_block_tokens``, ``max_batch``). Lets tests inject exact
         service times.
     output_cv : float, optional

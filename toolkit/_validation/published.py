@@ -118,7 +118,7 @@ def _packed_prefill_ms(cm: CostModel, prompt: int, prompts: int) -> float:
     (memory and overhead parts of all the step's tokens) and each prompt attending only to itself
     (its compute part ``prompts`` times one prompt's)."""
     constants = vars(cm)
-    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, prompts * prompt, 0)
+    memory_ms, _, overhead_ms = step_parts(constants, 0, 0, prompts * prompt, 0, prompts)
     compute_ms = step_parts(constants, 0, 0, prompt, 0)[1]
     return float(combine(constants, memory_ms, prompts * compute_ms, overhead_ms))
 
@@ -130,7 +130,8 @@ def _prefill_ms_per_token(cm: CostModel, prompt: int) -> float:
     full = cm.max_num_batched_tokens
     if prompt >= full:
         starts = np.arange(0, prompt, full)
-        return float(np.sum(cm.step_ms(0, 0, np.minimum(full, prompt - starts), starts))) / prompt
+        chunks = np.minimum(full, prompt - starts)
+        return float(np.sum(cm.step_ms(0, 0, chunks, starts, starts + chunks >= prompt))) / prompt
     k = full // prompt
     return _packed_prefill_ms(cm, prompt, k) / (k * prompt)
 
