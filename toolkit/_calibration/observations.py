@@ -10,11 +10,12 @@ becomes one observation that the ONE cost model (:class:`toolkit._model.serving.
   ``m`` decodes and with the lanes that arrived at the same moment (its "wave"):
   ``min(m, 1) 0.5 cm.step_ms(m, m context) + cm.step_ms(m, m context, W, cached, N) +
   request_overhead_ms``, where ``W`` is the uncached prompt tokens (``prompt - cached``) of the
-  wave and ``N`` its prompts, each ending in that step. Alone at one in flight this is ``cm.ttft_ms(prompt, cached)``. With the lanes' ``start_s``
-  and ``end_s`` (the harness records them), the wave is the lanes of the level that started within
-  half a decode step (the lane's TPOT) of it, and ``m`` the lanes still running when it started;
-  without them, the first ``in_flight`` lanes (lane order, first attempt) form the first wave with
-  ``m = 0``, and every later lane arrives alone with ``m = b - 1``.
+  wave and ``N`` its prompts, each ending in that step. Alone at one in flight this is
+  ``cm.ttft_ms(prompt, cached)``. With the lanes' ``start_s`` and ``end_s`` (the harness records
+  them), the wave is the lanes of the level that started within half a decode step (the lane's
+  TPOT) of it, and ``m`` the lanes still running when it started; without them, the first
+  ``in_flight`` lanes (lane order, first attempt) form the first wave with ``m = 0``, and every
+  later lane arrives alone with ``m = b - 1``.
 
 ``b``, the decode batch a lane saw, is the achieved concurrency of its level (summed inference time
 over the level's wall clock: the time-averaged number of requests in flight) when the level is known,
@@ -46,10 +47,9 @@ def observations(data: object) -> pd.DataFrame:
 
     Returns a frame with ``kind`` (``ttft``/``tpot``), ``in_flight``, ``batch``, ``prompt_tokens``,
     ``cached_tokens``, ``context_tokens``, ``wave_tokens``, ``wave_prompts``, ``decoding`` and
-    ``measured_ms``; from a
-    profile also ``cell`` (``decode``, ``batch``, ``prefill``), ``prompt_tokens_target`` and
-    ``wave`` and ``repeat`` (the profile's wave number and pass: the fit's standard errors are
-    clustered by wave and carry the drift between passes).
+    ``measured_ms``; from a profile also ``cell`` (``decode``, ``batch``, ``prefill``),
+    ``prompt_tokens_target`` and ``wave`` and ``repeat`` (the profile's wave number and pass: the
+    fit's standard errors are clustered by wave and carry the drift between passes).
     """
     if is_profile(data):
         obs = _from_profile(data)
