@@ -13,19 +13,20 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   embedding when tied) in a step that computes no logits: a prompt chunk that ends no prompt, with
   no sequence decoding (engines compute logits only for the rows they sample from). An untied
   model's input embedding counts as read too, though a lookup reads only its tokens' rows: the
-  default efficiencies were chosen with it counted (a few percent of a 7-8B model). An MoE reads its shared weights and the experts the step's
-  tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
-  uniformly, the expected number of distinct experts touched is ``E (1 - (1 - k/E)^t)``: k at batch 1,
-  approaching E as the batch grows (real routers are not uniform; this is the simplification).
+  default efficiencies were chosen with it counted (a few percent of a 7-8B model). An MoE reads
+  its shared weights and the experts the step's tokens route to; with ``t`` tokens each picking
+  ``k`` of ``E`` experts independently and uniformly, the expected number of distinct experts
+  touched is ``E (1 - (1 - k/E)^t)``: k at batch 1, approaching E as the batch grows (real routers
+  are not uniform; this is the simplification).
 * KV read: every running sequence's KV (window layers capped at ``window`` tokens per sequence),
   plus the prefill's ``C`` context tokens; KV written: one token per decoded sequence and per prompt
   token.
 * FLOPs: 2 per active non-embedding parameter per token (the embedding lookup is no matmul), plus
   2 x vocab x hidden for each row of logits (one per decoded token and one per prompt whose last
   token the step prefills: ``last_chunks``, 1 by default), plus attention: each (query, key) pair
-  costs 4 x heads x head_dim FLOPs per layer (QK^T and AV, a multiply-add each). A decode token attends to its sequence's
-  context; prompt token i of a prefill attends to C + i keys, so the prefill has
-  ``P*C + P(P+1)/2`` pairs (causal), window layers ``sum_i min(C + i, window)``.
+  costs 4 x heads x head_dim FLOPs per layer (QK^T and AV, a multiply-add each). A decode token
+  attends to its sequence's context; prompt token i of a prefill attends to C + i keys, so the
+  prefill has ``P*C + P(P+1)/2`` pairs (causal), window layers ``sum_i min(C + i, window)``.
 * Tensor parallel splits weights, KV heads, FLOPs; MBU is multiplied per doubling of ``tp`` by
   ``tp_mbu_factor`` on NVLink-class GPUs (``interconnect_gb_s`` >= ``nvlink_min_gb_s``) and by
   ``tp_mbu_factor_pcie`` on PCIe-only cards (efficiency.csv), and each of the 2 all-reduces per layer costs ``allreduce_latency_us`` plus a
