@@ -80,22 +80,44 @@ def test_measure_host_alone_gives_no_uncertainty(host):
 
 
 def test_best_of_hosts_uncertainty_is_the_spread_of_the_samples_outside_a_dip(host):
-    from toolkit._model.host import best_of_hosts
+    from toolkit._model.host import best_of_hosts, run_to_run_rel_sd
 
     samples = []
     for gflops, bandwidth in ((310.0, 23.0), (165.0, 22.0), (300.0, 22.0), (305.0, 21.0)):
         row = host.copy()
         row["matmul_gflops"], row["fp16_tflops"], row["bandwidth_gb_s"] = gflops, gflops / 1000, bandwidth
         samples.append(row)
+    floor = run_to_run_rel_sd()
     best = best_of_hosts(samples).iloc[0]
     # GEMM: 165 is below 80% of the best 310 (a dip) and left out; 310, 300, 305 have mean 305 and
-    # squared deviations 25 + 25 + 0, so a standard deviation sqrt(50 / 2) = 5 GFLOP/s
-    assert best["fp16_tflops"] == 0.310 and best["fp16_tflops_se"] == pytest.approx(0.005)
-    # copy: no dip; 23, 22, 22, 21 have mean 22 and squared deviations 1 + 0 + 0 + 1: sqrt(2 / 3)
+    # squared deviations 25 + 25 + 0, so a standard deviation sqrt(50 / 2) = 5 GFLOP/s, 1.6% of the
+    # best: below the recorded run-to-run spread (2.8%), which is taken instead
+    assert floor["fp16_tflops"] > 0.005 / 0.310
+    assert best["fp16_tflops"] == 0.310 and best["fp16_tflops_se"] == pytest.approx(0.310 * floor["fp16_tflops"])
+    # copy: no dip; 23, 22, 22, 21 have mean 22 and squared deviations 1 + 0 + 0 + 1: sqrt(2 / 3),
+    # 3.5% of the best, above the recorded 2.0%
+    assert floor["bandwidth_gb_s"] < math.sqrt(2 / 3) / 23.0
     assert best["bandwidth_gb_s"] == 23.0 and best["bandwidth_gb_s_se"] == pytest.approx(math.sqrt(2 / 3))
-    # one sample outside a dip: its spread is unknown
+    # one sample outside a dip: its own spread is unknown, the recorded one stands
     lone = best_of_hosts(samples[:2]).iloc[0]
-    assert math.isnan(lone["fp16_tflops_se"]) and lone["bandwidth_gb_s_se"] == pytest.approx(math.sqrt(0.5))
+    assert lone["fp16_tflops_se"] == pytest.approx(0.310 * floor["fp16_tflops"])
+    assert lone["bandwidth_gb_s_se"] == pytest.approx(math.sqrt(0.5))
+
+
+def test_run_to_run_spread_is_the_pooled_variance_of_the_recorded_pairs():
+    from toolkit._data import load_csv
+    from toolkit._model.host import RECORDED_PROBE_RUNS, run_to_run_rel_sd
+
+    runs = load_csv(RECORDED_PROBE_RUNS)
+    assert runs.groupby("pair").size().eq(2).all() and runs["source"].str.len().gt(0).all()
+    floor = run_to_run_rel_sd()
+    for column in ("fp16_tflops", "bandwidth_gb_s"):
+        # pooled variance of equal groups: the mean of each pair's sample variance (ddof=1) of the logs
+        variances = [np.var(np.log(pair[column].to_numpy(dtype=float)), ddof=1) for _, pair in runs.groupby("pair")]
+        assert floor[column] == pytest.approx(math.sqrt(np.mean(variances)))
+    # the first pair by hand: ln(0.313245 / 0.302061) = 0.03636, so its variance is 0.03636**2 / 2
+    first = runs[runs["pair"] == 1]["fp16_tflops"].to_numpy()
+    assert np.var(np.log(first), ddof=1) == pytest.approx(0.03636**2 / 2, rel=1e-3)
 
 
 # --- the fit recovers known parameters -----------------------------------------------------------

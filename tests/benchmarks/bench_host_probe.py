@@ -2,7 +2,8 @@
 
 Takes ``SAMPLES`` ``measure_host()`` samples ``GAP_S`` apart on an idle host (about 3 minutes) and
 writes reports/bench/host_probe.json: each sample's rates (GEMM GFLOP/s, copy GB/s), the uncertainty
-``best_of_hosts`` gives all of them (the standard deviation of the samples outside a dip), and, for
+``best_of_hosts`` gives all of them (the standard deviation of the samples outside a dip, or the
+recorded run-to-run spread of a best where that is larger), and, for
 each window of 3 consecutive samples (as many as the report takes), the window's best and the
 uncertainty ``best_of_hosts`` gives it. The uncertainty is fit for purpose when a window's value is
 about the spread of the windows' bests (the best of 3 varies less than one sample, so it may be
@@ -69,7 +70,7 @@ def main() -> None:
         "host_busy": bool(state["busy"]),
         "gemm_gflops": [round(x, 1) for x in gflops],
         "copy_gb_s": [round(x, 2) for x in bandwidth],
-        # best_of_hosts over all samples: the spread of the samples outside a dip
+        # best_of_hosts over all samples: the spread of the samples outside a dip, or the recorded floor
         "all_gemm_relative_se": round(float(every["fp16_tflops_se"] / every["fp16_tflops"]), 4),
         "all_copy_relative_se": round(float(every["bandwidth_gb_s_se"] / every["bandwidth_gb_s"]), 4),
         "windows": windows,

@@ -68,7 +68,8 @@ def _one_run() -> dict:
         # measured faster reports smaller efficiencies for the same server
         "host_bandwidth_gb_s": _number(run.host["bandwidth_gb_s"].iloc[0]),
         "host_fp16_tflops": _number(run.host["fp16_tflops"].iloc[0]),
-        # their standard uncertainties, the spread of the samples outside a dip (best_of_hosts)
+        # their standard uncertainties: the spread of the samples outside a dip, never below the
+        # recorded run-to-run spread of a best (best_of_hosts)
         "host_bandwidth_gb_s_se": _number(run.host["bandwidth_gb_s_se"].iloc[0]),
         "host_fp16_tflops_se": _number(run.host["fp16_tflops_se"].iloc[0]),
         "host_load_1m_after": os.getloadavg()[0],
