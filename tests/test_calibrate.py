@@ -79,7 +79,7 @@ def test_measure_host_alone_gives_no_uncertainty(host):
     assert math.isnan(host["bandwidth_gb_s_se"].iloc[0]) and math.isnan(host["fp16_tflops_se"].iloc[0])
 
 
-def test_best_of_hosts_uncertainty_is_the_spread_of_the_samples_outside_a_dip(host):
+def test_best_of_hosts_uncertainty_is_the_samples_spread_never_below_the_recorded_floor(host):
     from toolkit._model.host import best_of_hosts, run_to_run_rel_sd
 
     samples = []
