@@ -14,7 +14,15 @@ from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section
 from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.replay_check import replay_accuracy
-from toolkit._validation.trust import _settled, _shape, busy_reason, cell_fit, trust_check, unsteady_reason
+from toolkit._validation.trust import (
+    _settled,
+    _shape,
+    bench_host_busy,
+    busy_reason,
+    cell_fit,
+    trust_check,
+    unsteady_reason,
+)
 
 
 def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:
@@ -51,6 +59,17 @@ def test_a_busy_profile_wave_refuses_the_fit_and_says_how_busy():
         frame, pd.DataFrame(), pd.DataFrame(), None, model="m", gpu="g", quant="q", max_batch=8, refused=reason
     )
     assert check.calibration is None and check.sweep_accuracy is None and check.sentence == reason
+
+
+def test_the_bench_rule_adds_a_host_loaded_before_the_server_started():
+    idle = _profile_frame([False, False], [0.1, 0.2])
+    # half of each of 2 cores is the line: a load of 0.9 is idle, 1.1 busy
+    assert not bench_host_busy(0.9, idle, {"replay": 0.2}, cores=2)
+    assert bench_host_busy(1.1, idle, {"replay": 0.2}, cores=2)
+    assert bench_host_busy(4.0, idle, {}, cores=16) is False
+    # the report's own reasons still count on an unloaded host
+    assert bench_host_busy(0.0, idle, {"replay": 0.3}, cores=2)
+    assert bench_host_busy(0.0, _profile_frame([False, True], [0.1, 0.5]), {}, cores=2)
 
 
 def test_the_refusal_is_what_the_report_section_shows(tmp_path):

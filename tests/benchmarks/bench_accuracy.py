@@ -1,8 +1,8 @@
 """Benchmark: the default serving model (no calibration) against published measurements, dev and holdout.
 
 Runs :func:`toolkit.accuracy_against_published` on every row of data/published_measurements.csv and
-writes reports/bench/accuracy.json (median |error| overall and per family, p90, row counts, per split,
-with the date, issue 17's targets and whether each split meets them) and reports/bench/accuracy.png (predicted against measured, log-log, per family).
+writes reports/bench/accuracy.json (median |error| overall and per family, p90, each with its 95%
+interval, row counts, per split, with the date, issue 17's targets and whether each split meets them) and reports/bench/accuracy.png (predicted against measured, log-log, per family).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def main() -> dict:
     for row in summary.itertuples():
         print(
             f"{row.split:8s} {row.family:11s} rows {row.rows:4d}  median |err| {row.median_abs_err:6.1%}"
-            f"  p90 {row.p90_abs_err:6.1%}"
+            f" ({row.median_abs_err_low:.1%}-{row.median_abs_err_high:.1%})  p90 {row.p90_abs_err:6.1%}"
+            f" ({row.p90_abs_err_low:.1%}-{row.p90_abs_err_high:.1%})"
         )
     return result
 

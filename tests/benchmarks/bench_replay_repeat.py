@@ -48,7 +48,7 @@ def main() -> None:
     from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._sweep.profile_cells import combine_passes, profile_cells
     from toolkit._validation.replay_check import replay_accuracy
-    from toolkit._validation.trust import busy_reason
+    from toolkit._validation.trust import bench_host_busy
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -116,9 +116,8 @@ def main() -> None:
         "replay server TPOT p50 (ms)": _cv([r["server_tpot_ms_p50"] for r in replay_rows]),
         "replay TTFT p50 (ms)": _cv([r["measured"]["ttft_ms p50"] for r in replay_rows]),
     }
-    # the report's rule (busy profile waves, other processes' share during each replay) and a loaded host
     shares = {f"replay {1000 + k}": share for k, share in enumerate(others)}
-    busy = load_before > host_state.BUSY_LOAD_PER_CORE * (os.cpu_count() or 1) or busy_reason(profiled, shares) != ""
+    busy = bench_host_busy(load_before, profiled, shares, os.cpu_count() or 1)
     result = {
         "date": started,
         "ended": dt.datetime.now().isoformat(timespec="seconds"),

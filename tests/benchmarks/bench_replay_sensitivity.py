@@ -63,6 +63,7 @@ def main() -> None:
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._validation.replay_check import replay_accuracy
+    from toolkit._validation.trust import bench_host_busy
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -104,8 +105,7 @@ def main() -> None:
     busy_waves = {
         name: int(f.drop_duplicates("wave")["busy"].sum()) for name, f in (("A", a), ("B", b), ("split", split))
     }
-    cores = os.cpu_count() or 1
-    busy = load_before > cores / 2 or any(v > 0.25 for v in others.values()) or any(busy_waves.values())
+    busy = any(bench_host_busy(load_before, f, others, os.cpu_count() or 1) for f in (a, b, split))
     result = {
         "date": started,
         "ended": dt.datetime.now().isoformat(timespec="seconds"),

@@ -112,7 +112,7 @@ def main() -> None:
     from toolkit._sweep.profile_cells import combine_passes
     from toolkit._sweep.server_log import SERVER_LOG_ARGS, server_iterations
     from toolkit._validation.replay_check import replay_accuracy
-    from toolkit._validation.trust import busy_reason
+    from toolkit._validation.trust import bench_host_busy
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -164,12 +164,8 @@ def main() -> None:
                 "calibration": {n: round(float(fitted[n].iloc[0]), 4) for n in ("mbu", "mfu", "batched_mbu_factor")},
             }
         )
-    # the report's rule (busy profile waves, other processes' share during each replay) and a loaded host
     shares = {f"replay {1000 + k}": share for k, share in enumerate(others)}
-    busy = (
-        load_before > host_state.BUSY_LOAD_PER_CORE * (os.cpu_count() or 1)
-        or busy_reason(combine_passes(passes), shares) != ""
-    )
+    busy = bench_host_busy(load_before, combine_passes(passes), shares, os.cpu_count() or 1)
     result = {
         "date": started,
         "ended": dt.datetime.now().isoformat(timespec="seconds"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import platform
 import time
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit._data import load_csv
+from toolkit._stats import pooled_sd
 
 __all__ = ["measure_host"]
 
@@ -160,13 +160,13 @@ def probe_se(rates: list[float]) -> float:
 def run_to_run_rel_sd() -> dict[str, float]:
     """The relative standard deviation of a best rate between report runs in a row, per column
     (``bandwidth_gb_s``, ``fp16_tflops``), pooled over the pairs of ``RECORDED_PROBE_RUNS``: with
-    ``d`` the difference of a pair's natural logs, ``sqrt(sum(d**2) / (2 k))`` over its ``k`` pairs."""
+    ``d`` the difference of a pair's natural logs, ``sqrt(sum(d**2) / (2 k))`` over its ``k`` pairs
+    (the standard deviation of the logs pooled over the pairs)."""
     runs = load_csv(RECORDED_PROBE_RUNS)
-    out = {}
-    for column in ("bandwidth_gb_s", "fp16_tflops"):
-        d = np.log(runs[column].astype(float)).groupby(runs["pair"]).agg(lambda x: x.iloc[0] - x.iloc[1])
-        out[column] = math.sqrt(float((d**2).sum()) / (2 * len(d)))
-    return out
+    return {
+        column: pooled_sd(np.log(runs[column].astype(float)).groupby(runs["pair"]))[0]
+        for column in ("bandwidth_gb_s", "fp16_tflops")
+    }
 
 
 def _copy_bandwidth_gb_s() -> float:

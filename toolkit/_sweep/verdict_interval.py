@@ -32,16 +32,13 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from toolkit._data import load_csv
-
-if TYPE_CHECKING:
-    from pandas.core.groupby import SeriesGroupBy
+from toolkit._stats import pooled_sd
 
 __all__: list[str] = []
 
@@ -66,16 +63,6 @@ def elasticity_ci95(runs: pd.DataFrame, levels: pd.DataFrame, keys: list[str]) -
         out = combined_ci95(s / np.sqrt(n), df, tau, df_tau)
     out[0] = math.nan
     return np.where(np.isfinite(out), out, math.nan)
-
-
-def pooled_sd(grouped: SeriesGroupBy) -> tuple[float, int]:
-    """Standard deviation pooled over groups, each about its own mean, and its degrees of freedom
-    (``nan, 0`` when no group has two values)."""
-    n = grouped.count()
-    df = int((n - 1).clip(lower=0).sum())
-    if df < 1:
-        return math.nan, 0
-    return math.sqrt(float(grouped.var(ddof=1).fillna(0.0).mul((n - 1).clip(lower=0)).sum()) / df), df
 
 
 def combined_ci95(se_within: np.ndarray, df: int, tau: float, df_tau: int) -> np.ndarray:

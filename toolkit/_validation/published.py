@@ -48,6 +48,7 @@ from toolkit._model.catalog import backends
 from toolkit._model.cost import CostModel
 from toolkit._model.serving import cost_model
 from toolkit._model.terms import combine, step_parts
+from toolkit._stats import quantile_ci95
 
 __all__ = ["accuracy_against_published", "accuracy_summary"]
 
@@ -291,7 +292,10 @@ def accuracy_summary(accuracy: pd.DataFrame) -> pd.DataFrame:
     pandas.DataFrame
         One row per split and family (family ``all`` for every family together): ``split``,
         ``family``, ``rows`` (predicted and kept), ``median_abs_err``, ``p90_abs_err``,
-        ``median_signed_err``, ``below_floor``, ``skipped`` (row counts).
+        ``median_signed_err``, ``below_floor``, ``skipped`` (row counts), and the 95% intervals
+        ``median_abs_err_low`` / ``_high`` and ``p90_abs_err_low`` / ``_high`` of those quantiles
+        over the population of figures the rows were drawn from (order statistics, taking the rows
+        as independent draws; rows of one source table are not, so they are if anything too narrow).
     """
     records = []
     for split_name, part in accuracy.groupby("split", sort=True):
@@ -306,6 +310,8 @@ def accuracy_summary(accuracy: pd.DataFrame) -> pd.DataFrame:
                     "median_abs_err": kept["abs_err"].median(),
                     "p90_abs_err": kept["abs_err"].quantile(0.9) if len(kept) else math.nan,
                     "median_signed_err": kept["signed_err"].median(),
+                    **dict(zip(("median_abs_err_low", "median_abs_err_high"), quantile_ci95(kept["abs_err"], 0.5))),
+                    **dict(zip(("p90_abs_err_low", "p90_abs_err_high"), quantile_ci95(kept["abs_err"], 0.9))),
                     "below_floor": int(rows["below_floor"].sum()),
                     "skipped": int(rows["predicted"].isna().sum()),
                 }

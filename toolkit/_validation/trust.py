@@ -32,7 +32,7 @@ from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._calibration.fit import predict_ms
 from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
-from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
+from toolkit._sweep.host_state import BUSY_LOAD_PER_CORE, BUSY_OPENING, BUSY_OTHER_SHARE
 from toolkit._sweep.levels import NOISY_TOLERANCE
 from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.closed_loop import _predict, _Recorded
@@ -123,6 +123,13 @@ def busy_reason(profile: pd.DataFrame, others: dict[str, float] | None = None) -
         BUSY_OPENING + "; ".join(reasons) + f" (more than {BUSY_OTHER_SHARE:.0%} counts as busy). "
         "The fitted model is not presented, because it would describe the competition, not the server."
     )
+
+
+def bench_host_busy(load_1m_before: float, profile: pd.DataFrame, others: dict[str, float], cores: int) -> bool:
+    """The bench scripts' rule: :func:`busy_reason` says busy, or the host's 1-minute load before the
+    run (before its server started, so none of it is the server's) was above ``BUSY_LOAD_PER_CORE``
+    per core."""
+    return load_1m_before > BUSY_LOAD_PER_CORE * cores or busy_reason(profile, others) != ""
 
 
 # what each family of profile cells identifies, for the refusal when every cell of one is noisy
