@@ -13,16 +13,9 @@ from toolkit._report.conclusion import _verdict
 from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section
 from toolkit._sweep.profile_cells import profile_cells
+from toolkit._validation.refusal import bench_host_busy, busy_reason, unsteady_reason
 from toolkit._validation.replay_check import replay_accuracy
-from toolkit._validation.trust import (
-    _settled,
-    _shape,
-    bench_host_busy,
-    busy_reason,
-    cell_fit,
-    trust_check,
-    unsteady_reason,
-)
+from toolkit._validation.trust import _settled, _shape, cell_fit, trust_check
 
 
 def _profile_frame(busy: list[bool], other: list[float]) -> pd.DataFrame:

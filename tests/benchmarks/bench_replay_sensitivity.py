@@ -62,8 +62,8 @@ def main() -> None:
     from toolkit._report.trust_section import MODEL, QUANT
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import SCHEDULING
+    from toolkit._validation.refusal import bench_host_busy
     from toolkit._validation.replay_check import replay_accuracy
-    from toolkit._validation.trust import bench_host_busy
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")

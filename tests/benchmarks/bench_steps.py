@@ -111,8 +111,8 @@ def main() -> None:
     from toolkit._sweep.llama_server import SCHEDULING
     from toolkit._sweep.profile_cells import combine_passes
     from toolkit._sweep.server_log import SERVER_LOG_ARGS, server_iterations
+    from toolkit._validation.refusal import bench_host_busy
     from toolkit._validation.replay_check import replay_accuracy
-    from toolkit._validation.trust import bench_host_busy
 
     load_before = os.getloadavg()[0]
     started = dt.datetime.now().isoformat(timespec="seconds")

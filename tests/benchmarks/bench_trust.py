@@ -52,7 +52,7 @@ def _one_run() -> dict:
     from toolkit._report.measure import _measure_local
     from toolkit._report.trust_section import _trust
     from toolkit._sweep.profile_cells import profile_cells
-    from toolkit._validation.trust import busy_reason, unsteady_reason
+    from toolkit._validation.refusal import busy_reason, unsteady_reason
 
     load_before = os.getloadavg()[0]
     start = dt.datetime.now().isoformat(timespec="seconds")
@@ -174,7 +174,7 @@ def _contradicting_verdicts(a: dict, b: dict) -> list[str]:
 def _busy_profile() -> dict:
     """A profile with one process burning a core beside the server: it must be flagged busy."""
     import toolkit as tk
-    from toolkit._validation.trust import busy_reason
+    from toolkit._validation.refusal import busy_reason
 
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

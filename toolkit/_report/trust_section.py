@@ -27,7 +27,8 @@ def _trust(run: _Run):
         return None
     from toolkit._report.measure import LOCAL_SWEEP
     from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._validation.trust import busy_reason, trust_check, unsteady_reason
+    from toolkit._validation.refusal import busy_reason, unsteady_reason
+    from toolkit._validation.trust import trust_check
 
     requests = run.replay.requests if run.replay is not None else None
     return trust_check(
