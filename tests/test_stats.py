@@ -1,5 +1,5 @@
-"""The shared statistics: pooled standard deviation and order-statistic quantile intervals, against
-hand sums and a simulation."""
+"""The shared statistics: pooled standard deviation, order-statistic quantile intervals and block
+resampling, against hand sums, textbook formulas and simulations."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import toolkit
-from toolkit._stats import pooled_sd, quantile_ci95
+from toolkit._stats import block_resamples, pooled_sd, quantile_ci95
 
 
 def _binomial_cdf(k: int, n: int, p: float) -> float:
@@ -67,3 +67,39 @@ def test_the_accuracy_summary_gives_each_median_its_interval():
     assert row["median_abs_err"] == pytest.approx(0.235)
     assert (row["median_abs_err_low"], row["median_abs_err_high"]) == (0.16, 0.31)
     assert (row["p90_abs_err_low"], row["p90_abs_err_high"]) == (0.37, 0.46)
+
+
+def test_block_resamples_join_runs_of_consecutive_indices():
+    rows = block_resamples(10, resamples=50, rng=np.random.default_rng(3))
+    # block ceil(10 ** (1/3)) = 3: runs at positions 0-2, 3-5, 6-8 and the first of a fourth at 9
+    assert rows.shape == (50, 10) and rows.min() >= 0 and rows.max() <= 9
+    steps = np.diff(rows, axis=1)
+    assert (steps[:, [0, 1, 3, 4, 6, 7]] == 1).all()
+    assert (rows[:, [0, 3, 6, 9]] <= 7).all()  # a run of 3 starts at 7 at the latest
+    assert block_resamples(5, resamples=2, rng=np.random.default_rng(0), block=9).tolist() == [[0, 1, 2, 3, 4]] * 2
+
+
+def _ar1(rng: np.random.Generator, n: int, rho: float) -> np.ndarray:
+    x = np.empty(n)
+    x[0] = rng.normal()
+    for i in range(1, n):
+        x[i] = rho * x[i - 1] + rng.normal(scale=math.sqrt(1 - rho**2))
+    return x
+
+
+def test_block_resamples_keep_the_spread_of_a_mean_of_dependent_values():
+    # the mean of n AR(1) values with unit variance and lag correlation rho has a standard deviation
+    # of about sqrt((1 + rho) / (1 - rho) / n); drawing values one by one sees only sqrt(1 / n)
+    n, rho = 1000, 0.5
+    rng = np.random.default_rng(5)
+    expected = math.sqrt((1 + rho) / (1 - rho) / n)
+    ratios = {1: [], None: []}
+    for _ in range(10):
+        x = _ar1(rng, n, rho)
+        for block in ratios:
+            rows = block_resamples(n, resamples=2000, rng=rng, block=block)
+            ratios[block].append(float(x[rows].mean(axis=1).std()) / expected)
+    # with blocks of 10 the lags past 10 and the triangular weighting of the shorter ones are lost:
+    # sqrt((1 + 2 * sum((1 - k / 10) * 0.5**k, k = 1..9)) / 3) = 0.93
+    assert np.mean(ratios[None]) == pytest.approx(0.93, abs=0.1)
+    assert np.mean(ratios[1]) == pytest.approx(math.sqrt(1 / 3), abs=0.1)
