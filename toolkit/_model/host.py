@@ -111,8 +111,8 @@ def best_of_hosts(rows: list[pd.DataFrame]) -> pd.DataFrame:
 
     So that spread, from 2 degrees of freedom, is never taken below the run-to-run spread of a best
     measured beforehand (:func:`run_to_run_rel_sd`): the pooled variance of a well-characterised
-    measurement stands in for a small sample's own (GUM, JCGM 100:2008, 4.2.4). In nine pairs of
-    report runs in a row on this project's VMs the GEMM's best moved by 3.6% and the copy's by 1.9%
+    measurement stands in for a small sample's own (GUM, JCGM 100:2008, 4.2.4). In eleven pairs of
+    report runs in a row on this project's VMs the GEMM's best moved by 4.0% and the copy's by 1.8%
     (relative standard deviations), while single runs' own spreads ranged from 0.8% to 13%: a run
     whose few samples happened to agree claimed an interval the next run's ``mfu`` fell outside
     (2026-12-05 21:20 and 21:27: GEMM bests 0.303 and 0.329 TFLOPS, the first with 0.8% of its own).

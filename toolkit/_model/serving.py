@@ -12,8 +12,11 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * Weights read: all of them once per step (dense), except the output matrix (vocab x hidden, the
   embedding when tied) in a step that computes no logits: a prompt chunk that ends no prompt, with
   no sequence decoding (engines compute logits only for the rows they sample from). An untied
-  model's input embedding counts as read too, though a lookup reads only its tokens' rows: the
-  default efficiencies were chosen with it counted (a few percent of a 7-8B model). An MoE reads
+  model's input embedding counts as read too, though a lookup reads only its tokens' rows (a few
+  percent of a 7-8B model): MBU as its sources publish it divides every parameter's bytes by the
+  step time, so ``mbu`` keeps their meaning. Leaving the table out, with the efficiencies fitted to
+  decode rates refitted, moved the dev half of published_measurements.csv nowhere (6.9%) and the
+  reference vLLM single stream from +2.3% to +9.0% (2026-12-06). An MoE reads
   its shared weights and the experts the step's tokens route to; with ``t`` tokens each picking
   ``k`` of ``E`` experts independently and uniformly, the expected number of distinct experts
   touched is ``E (1 - (1 - k/E)^t)``: k at batch 1, approaching E as the batch grows (real routers
