@@ -158,6 +158,14 @@ def test_unknown_names_raise_naming_the_argument_and_nearest(resolver, argument,
         resolver(name)
 
 
+def test_an_unknown_name_like_none_lists_every_known_one():
+    # nothing within difflib's 0.4 similarity of "zzzz": the message says "known", not "nearest", and
+    # names each of the catalog's GPUs
+    with pytest.raises(ValueError, match="unknown gpu 'zzzz'; known: ") as caught:
+        resolve_gpu("zzzz")
+    assert all(repr(name) in str(caught.value) for name in toolkit.gpus()["name"])
+
+
 def test_spec_dict_series_and_one_row_frame():
     spec = {"name": "my card", "memory_gb": 12.0, "bandwidth_gb_s": 500.0, "fp16_tflops": 60.0}
     for form in (spec, pd.Series(spec), pd.DataFrame([spec])):

@@ -30,6 +30,11 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         pytest.param([*PLAN, "--rate", "-3"], id="negative rate"),
         pytest.param([*PLAN, "--rate", "3", "--gpu", "H999 Ultra"], id="unknown GPU"),
         pytest.param([*PLAN, "--rate", "3", "--percentile", "1.5"], id="percentile out of range"),
+        # argparse's own errors: a value of the wrong type, an unknown option, a missing one
+        pytest.param([*PLAN, "--rate", "x"], id="rate not a number"),
+        pytest.param([*PLAN, "--rate", "3", "--bogus"], id="unknown option"),
+        pytest.param(["plan", "--rate", "3"], id="missing options"),
+        pytest.param(["nonsense"], id="unknown command"),
         pytest.param(
             [
                 "sweep",

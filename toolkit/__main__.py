@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 __all__: list[str] = []
 
@@ -28,6 +29,14 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (a value of the wrong type, an unknown or a missing option) as one line
+    too, pointing at ``--help`` instead of printing the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
     from toolkit import __version__
@@ -35,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from toolkit._report import cli as _report
     from toolkit._sweep import cli as _sweep_cli
 
-    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m toolkit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (_planner, _sweep_cli, _report):

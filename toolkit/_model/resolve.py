@@ -103,8 +103,9 @@ def _lookup(argument: str, name: str, csv: str) -> dict[str, Any]:
         raise ValueError(f"{argument} {name!r} is ambiguous: it matches {options}")
     by_norm = {_norm(n): n for n in names}
     near = difflib.get_close_matches(query, list(by_norm), n=4, cutoff=0.4)
-    hint = ", ".join(repr(by_norm[n]) for n in near) or ", ".join(map(repr, names))
-    raise ValueError(f"unknown {argument} {name!r}; nearest: {hint}")
+    if near:
+        raise ValueError(f"unknown {argument} {name!r}; nearest: {', '.join(repr(by_norm[n]) for n in near)}")
+    raise ValueError(f"unknown {argument} {name!r}; known: {', '.join(map(repr, names))}")
 
 
 @lru_cache(maxsize=512)
