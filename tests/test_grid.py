@@ -303,6 +303,24 @@ def test_verify_simulates_the_cheapest_frontier_plans_of_each_backend(dask_clien
     pd.testing.assert_frame_equal(plans, toolkit.plan(**PLAN, verify="simulate", client=dask_client))
 
 
+def test_a_plan_whose_simulation_is_unstable_does_not_meet_its_slos(monkeypatch):
+    # the simulations as they come, but each one's queue reported as growing through the run: the
+    # latencies then depend on the run's length and no SLO is met, whatever they read
+    from toolkit._planning import verify
+
+    real = verify.simulate_grid
+
+    def growing(*args, **kwargs):
+        sims = real(*args, **kwargs)
+        return sims.assign(stable=pd.array([False] * len(sims), dtype="boolean"))
+
+    monkeypatch.setattr(verify, "simulate_grid", growing)
+    plans = toolkit.plan(**PLAN, verify="simulate")
+    simulated = plans[plans["sim_e2e_ms"].notna()]
+    assert len(simulated) and not simulated["sim_meets_slo"].any()
+    assert simulated["warnings"].str.contains("simulation unstable").all()
+
+
 def test_verify_takes_simulate_or_none():
     with pytest.raises(ValueError, match="verify"):
         toolkit.plan(**PLAN, verify="closed_form")

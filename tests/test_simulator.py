@@ -149,6 +149,50 @@ def test_geometric_outputs_one_at_a_time_is_mm1():
     assert s["queue_wait_p95_s"] == pytest.approx(math.log(rho / 0.05) / (mu - lam), rel=0.06)
 
 
+def _md1(rho: float, requests: int, seed: int):
+    """One request at a time, each one 1 ms step (a 1-token prompt and a 1-token answer): M/D/1 with
+    a service rate of exactly 1,000 requests per second, offered ``rho`` times that."""
+    cost = FixedStep(1.0)
+    return simulate(
+        None,
+        None,
+        None,
+        1,
+        1,
+        requests,
+        arrival_rate=rho * 1000,
+        cost=cost,
+        max_batch=1,
+        max_num_batched_tokens=1,
+        seed=seed,
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_overloaded_open_loop_is_reported_unstable(seed):
+    # offered 1,250 requests/s against 1,000 served: the backlog grows at 250/s, and a request arriving
+    # at t waits for it, 250 t / 1,000 s, so the queue wait rises by 0.25 s per second of arrivals
+    over = _md1(1.25, 3000, seed).summary.iloc[0]
+    assert over["queue_wait_growth"] == pytest.approx(0.25, abs=0.06)
+    assert not over["stable"]
+    assert "UNSTABLE" in repr(_md1(1.25, 3000, seed))
+    # at rho 0.8 the M/D/1 queue is stable (rho < 1): its wait does not grow with the run
+    under = _md1(0.8, 3000, seed).summary.iloc[0]
+    assert abs(under["queue_wait_growth"]) < 0.01 and under["stable"]
+    assert "UNSTABLE" not in repr(_md1(0.8, 3000, seed))
+
+
+def test_stability_of_a_closed_loop_and_of_too_few_requests():
+    # a closed loop waits for its answers: it cannot overload, whatever its clients
+    closed = simulate(
+        None, None, None, 1, 1, 500, concurrency=64, cost=FixedStep(1.0), max_batch=1, max_num_batched_tokens=1
+    ).summary.iloc[0]
+    assert closed["stable"] and np.isnan(closed["queue_wait_growth"])
+    # 20 requests (18 measured) leave thirds too small to compare: unknown, not stable
+    few = _md1(2.0, 20, 0).summary.iloc[0]
+    assert few["stable"] is None and np.isnan(few["queue_wait_growth"])
+
+
 def test_shared_queue_replicas_are_the_fifo_c_server_queue_exactly():
     rng = np.random.default_rng(5)
     n, c, m = 3000, 3, 50
@@ -401,7 +445,7 @@ def test_result_columns():
     for metric in ("queue_wait", "ttft", "tpot", "e2e"):
         for stat in ("mean", "p50", "p95", "p99"):
             assert f"{metric}_{stat}_s" in res.summary.columns
-    for col in ("throughput_rps", "output_tok_s", "achieved_concurrency", "preemptions", "utilization"):
+    for col in ("throughput_rps", "output_tok_s", "achieved_concurrency", "preemptions", "utilization", "stable"):
         assert col in res.summary.columns
     assert "SimulationResult(" in repr(res)
     assert toolkit.simulate is simulate and toolkit.SimulationResult is _simulator.SimulationResult

@@ -159,7 +159,8 @@ def plan(
         single-replica plans the constraint with the least relative headroom; for failing plans the
         first one broken), ``warnings`` (``"; "``-separated). With a trace as ``workload``
         or with ``verify``, also ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (simulated on that
-        configuration, at ``percentile``, ms), ``sim_meets_slo`` and ``sim_disagrees`` (closed form
+        configuration, at ``percentile``, ms), ``sim_meets_slo`` (False, and said in ``warnings``, where
+        the simulated queue grew through the run) and ``sim_disagrees`` (closed form
         and simulation more than 25% apart on the end-to-end percentile), filled for the frontier
         plans simulated and missing (NaN / NA) for the others.
     """

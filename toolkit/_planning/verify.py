@@ -57,7 +57,8 @@ def verify_plans(
 ) -> pd.DataFrame:
     """``table`` with ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (at ``percentile``, ms),
     ``sim_meets_slo`` and ``sim_disagrees`` filled for the frontier plans simulated (NaN / NA
-    elsewhere); a simulation that failed leaves them missing and says why in ``warnings``.
+    elsewhere); a simulation that failed leaves them missing and says why in ``warnings``, one whose
+    queue grew through the run (``stable`` False) does not meet the SLOs and says so there.
 
     ``request`` describes the load: ``trace`` (a frame or None), ``rate`` (requests/s), ``prompt``
     and ``output`` (tokens), ``cs2`` (output-length variance); ``per_backend`` simulates the
@@ -105,6 +106,11 @@ def verify_plans(
         ms = {m: float(sim[f"{m}_p{label}_s"]) * 1e3 for m in ("ttft", "tpot", "e2e")}
         out.loc[label_, list(SIM_COLUMNS)] = [ms["ttft"], ms["tpot"], ms["e2e"]]
         limits = {"slo_ttft": ms["ttft"], "slo_tpot": ms["tpot"], "slo_e2e": ms["e2e"]}
-        out.loc[label_, "sim_meets_slo"] = all(slos[k] is None or limits[k] <= slos[k] for k in limits)
+        meets = all(slos[k] is None or limits[k] <= slos[k] for k in limits)
+        if pd.notna(sim["stable"]) and not sim["stable"]:  # latencies that grow with the run meet no SLO
+            note = "simulation unstable: its queue grew through the run"
+            out.loc[label_, "warnings"] = "; ".join(w for w in (out.loc[label_, "warnings"], note) if w)
+            meets = False
+        out.loc[label_, "sim_meets_slo"] = meets
         out.loc[label_, "sim_disagrees"] = abs(out.loc[label_, e2e] / ms["e2e"] - 1) > DISAGREE_REL
     return out

@@ -13,10 +13,9 @@ The engine is scheduled per iteration, the way vLLM's is. At the start of every 
 3. takes the step's duration from the one cost model of the toolkit, ``CostModel.step_ms(decode_seqs,
    kv_tokens, prefill_tokens, prefill_context_tokens, last_chunks)`` (prompts whose last chunk it prefills).
 
-A request whose last prompt chunk is prefilled emits its first token at the end of that step; it
-then decodes one token per step until ``output_tokens``. KV is counted in tokens; each running
-sequence is also charged ``kv_block_tokens - 1`` tokens of paging slack (its last, partly filled
-block).
+A request whose last prompt chunk is prefilled emits its first token at the end of that step, then
+decodes one token per step until ``output_tokens``. KV is counted in tokens; each running sequence
+is also charged ``kv_block_tokens - 1`` tokens of paging slack (its last, partly filled block).
 
 Speed: between events (an arrival that can be admitted, a prefill chunk, a completion, the KV cache
 filling up) the batch does not change, so a whole run of decode steps is advanced at once. Its
@@ -47,8 +46,7 @@ from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load
 __all__ = ["simulate"]
 
 _ROUTING = ("round_robin", "least_loaded", "shared_queue")
-# Validation ceilings: the simulator keeps a Python record per request and per replica, so these keep
-# one call within memory and minutes.
+# Validation ceilings: a Python record per request and per replica, within memory and minutes.
 MAX_REPLICAS = 10**4
 # runs from this many requests show a progress bar by default (on a terminal): a few seconds
 LONG_REQUESTS = 200_000
@@ -221,7 +219,9 @@ def simulate(
         (mean requests in flight, client side: throughput times mean e2e, by Little's law),
         ``preemptions`` (all requests), ``utilization`` (fraction of the time from the first measured
         request reaching the engine to the end of the simulation that the replicas spent computing
-        steps, averaged over replicas), ``kv_budget_tokens`` (per replica).
+        steps, averaged over replicas), ``kv_budget_tokens`` (per replica), ``queue_wait_growth`` (s of
+        queue wait gained per s of arrivals, first third to last: about rho - 1 when offered rho times what
+        the engine serves) and ``stable`` (False above 0.05: latencies that grow with the run's length).
         ``.config``: the settings used.
     """
     batch = check_int("max_batch", max_batch, low=1, high=MAX_BATCH)

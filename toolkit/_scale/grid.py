@@ -13,6 +13,7 @@ from toolkit._planning.inputs import _percentile_label
 from toolkit._queueing.sim_result import _METRICS
 from toolkit._scale.dask_backend import chunk_size_for, resolve_client, run_on_dask
 from toolkit._scale.scenarios import (
+    BOOLEAN_COLUMNS,
     INTEGER_COLUMNS,
     SUMMARY_COLUMNS,
     label,
@@ -84,7 +85,8 @@ def simulate_grid(
         columns as given (a trace frame shown by its name and size), ``seed`` (the seed used), the
         summary columns of :func:`toolkit.simulate` (``requests``, ``{metric}_{mean,p50,p95,p99}_s``,
         ``throughput_rps``, ``output_tok_s``, ``achieved_concurrency``, ``preemptions``,
-        ``utilization``, ``kv_budget_tokens``), the ``percentiles`` columns, and ``error``: None, or
+        ``utilization``, ``kv_budget_tokens``, ``queue_wait_growth``, ``stable``: nullable boolean),
+        the ``percentiles`` columns, and ``error``: None, or
         ``"ExceptionType: message"`` for a scenario that raised (its numbers are then missing). A
         scenario whose Dask task failed on every attempt is an error row too: no row is ever lost.
 
@@ -142,7 +144,8 @@ def _table(
     body = pd.DataFrame([results[i] for i in range(len(carried))], index=carried.index)
     body = body.reindex(columns=[*numbers, "error"])
     for column in numbers:
-        body[column] = body[column].astype("Int64" if column in INTEGER_COLUMNS else float)
+        kind = "Int64" if column in INTEGER_COLUMNS else "boolean" if column in BOOLEAN_COLUMNS else float
+        body[column] = body[column].astype(kind)
     body["error"] = body["error"].astype(object).where(body["error"].notna(), None)
     scenario = carried.drop(columns="seed", errors="ignore").assign(seed=seeds)
     return pd.concat([scenario, body], axis=1)

@@ -39,8 +39,11 @@ SUMMARY_COLUMNS = (
     "preemptions",
     "utilization",
     "kv_budget_tokens",
+    "queue_wait_growth",
+    "stable",
 )
 INTEGER_COLUMNS = ("requests", "preemptions", "kv_budget_tokens")
+BOOLEAN_COLUMNS = ("stable",)
 # shipped traces sliced and scaled, kept per worker process
 TRACE_CACHE_SIZE = 32
 
