@@ -13,10 +13,10 @@ __all__ = ["SimulationResult"]
 # the latencies summarised, each as mean, p50, p95 and p99 (s)
 _METRICS = ("queue_wait", "ttft", "tpot", "e2e")
 # An open-loop run is unstable where the queue wait rises by more than this many seconds per second of
-# arrivals: offered rho = 1 + g times what the engine serves, the wait of a request arriving at t is the
-# backlog (rho - 1) mu t over the service rate mu. A stable queue rises by chance too, more in short runs
-# near saturation: of 40 M/D/1 runs at rho 0.9, 2 of 300 requests rose above 0.05 and none of 3,000
-# (at most 0.002); at rho 1.1, every run of 3,000 did (tests/test_simulator.py).
+# arrivals. An engine offered rho times the mu requests/s it serves builds a backlog of (rho - 1) mu t by
+# time t, which a request arriving then waits out: (rho - 1) t, so the rise is rho - 1. A stable queue
+# rises by chance too, most in short runs near saturation: in 40 M/D/1 runs each (2026-12-06), at rho 0.9
+# 2 runs of 300 requests rose above 0.05 and none of 3,000 (at most 0.002); at rho 1.1 every run of 3,000.
 UNSTABLE_GROWTH = 0.05
 # fewest measured requests whose first and last thirds are compared
 MIN_GROWTH_REQUESTS = 30
@@ -74,9 +74,9 @@ def queue_wait_growth(arrival_s: np.ndarray, queue_wait_s: np.ndarray) -> float:
     sending order) to the last: the difference of their mean waits over that of their mean arrival
     times. About ``rho - 1`` for an engine offered ``rho`` times what it serves, about 0 for a stable
     one; NaN for fewer than ``MIN_GROWTH_REQUESTS`` requests."""
-    third = arrival_s.size // 3
     if arrival_s.size < MIN_GROWTH_REQUESTS:
         return math.nan
+    third = arrival_s.size // 3
     first, last = slice(0, third), slice(arrival_s.size - third, None)
     span = arrival_s[last].mean() - arrival_s[first].mean()
     return float((queue_wait_s[last].mean() - queue_wait_s[first].mean()) / span) if span > 0 else math.nan
