@@ -237,6 +237,9 @@ NOT_NUMERIC: dict[str, str] = {
 # fields a docstring documents as possibly infinite or missing
 NONFINITE_OK: dict[str, tuple[str, ...]] = {
     "cost_model": ("max_batch",),  # CostModel: "the backend's cap on decoded sequences (inf when none)"
+    # SimulationResult: "NaN for a closed loop and for fewer than MIN_GROWTH_REQUESTS measured requests"
+    "simulate": ("queue_wait_growth",),
+    "simulate_grid": ("queue_wait_growth",),
 }
 # results that document NaN as "cannot be known" throughout (SweepResult); infinities still fail
 NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace", "profile"}
@@ -395,7 +398,8 @@ def _numbers(result: Any, name: str) -> list[tuple[str, float]]:
     if isinstance(result, pd.DataFrame):
         if "stable" in result.columns:  # an unstable queue's waits are documented as inf
             waits = [c for c in result.columns if c.startswith("wait_")]
-            result = result.assign(**{c: result[c].where(result["stable"].astype(bool), 0.0) for c in waits})
+            stable = result["stable"].astype(object).fillna(False).astype(bool)  # unknown: not stable
+            result = result.assign(**{c: result[c].where(stable, 0.0) for c in waits})
         for col in result.select_dtypes(include=[np.number]).columns:
             if col not in allowed:
                 out += [(col, float(v)) for v in result[col].to_numpy(dtype=float)]
