@@ -63,6 +63,16 @@ def test_user_errors_are_one_line_and_exit_2(args):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
 
 
+def test_a_question_nothing_answers_prints_the_empty_table_and_one_warning_line():
+    # Llama-3.1-8B's context window is 131,072 tokens: no plan holds 200,000 + 100 of them
+    result = _run(
+        "plan", "--rate", "1", "--prompt-tokens", "200000", "--output-tokens", "100", "--model", "Llama-3.1-8B"
+    )
+    assert result.returncode == 0 and "0 plan(s)" in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: no plan: a request of 200,100 tokens"), result.stderr
+
+
 def test_version():
     result = _run("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"toolkit {toolkit.__version__}"

@@ -514,3 +514,36 @@ def test_cached_candidate_grid_is_not_altered_by_other_questions():
         40, **{**question, "slo_e2e_ms": 800}, slo_ttft_ms=100, workload="agent", percentile=0.99, budget_usd_month=300
     )
     pd.testing.assert_frame_equal(plan(3, **question), first)
+
+
+# ---- an empty plan says why ----------------------------------------------------------------------
+QUESTION = {"request_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        # Llama-3.1-8B's config.json: max_position_embeddings 131,072 < 200,000 + 128
+        (
+            {"prompt_tokens": 200_000, "models": "Llama-3.1-8B"},
+            r"200,128 tokens .* context window .* Llama-3\.1-8B, 131,072 tokens",
+        ),
+        # backend_support.csv: TensorRT-LLM loads no GGUF format
+        ({"quants": "q4_k_m", "backends": "trtllm"}, r"no backend asked for \(trtllm\) loads a weight format"),
+        # 70.55e9 parameters x 2 bytes = 141 GB of weights against a T4's 16 GB
+        (
+            {"models": "Llama-3.1-70B", "gpus": "T4", "quants": "fp16", "tensor_parallel": (1,)},
+            r"holds the weights and one 640-token request",
+        ),
+        # one replica of anything serves far fewer than a million requests a second
+        ({"request_rate": 1e6, "max_replicas": 1}, r"no fleet of at most 1 replica of .* serves 1e\+06 requests/s"),
+    ],
+)
+def test_an_empty_plan_warns_which_condition_nothing_meets(changes, reason):
+    with pytest.warns(UserWarning, match=f"^no plan: .*{reason}"):
+        assert plan(**{**QUESTION, **changes}).empty
+
+
+def test_a_plan_with_rows_gives_no_such_warning(recwarn):
+    assert len(plan(**QUESTION, models="Llama-3.1-8B", gpus="H100 SXM"))
+    assert not [w for w in recwarn if "no plan" in str(w.message)]

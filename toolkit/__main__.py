@@ -1,7 +1,7 @@
 """Command line: ``python -m toolkit {plan,sweep,report} ...``.
 
 A user error (a bad argument, a missing file, a server that does not answer) ends in one line on
-stderr and exit status 2, never a traceback; output piped into a program that stops reading (``|
+stderr and exit status 2, never a traceback; a warning is one line on stderr too; output piped into a program that stops reading (``|
 head``) ends quietly. Only argparse is imported until a subcommand runs, so ``--help`` is instant.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import NoReturn
 
 __all__: list[str] = []
@@ -27,6 +28,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _warn_one_line(message: Warning | str, *_: object, **__: object) -> None:
+    print(f"warning: {_one_line(Warning(message) if isinstance(message, str) else message)}", file=sys.stderr)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         module.add_cli(sub)
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():  # restores showwarning for a caller that runs main() in-process
+            warnings.showwarning = _warn_one_line
+            return int(args.func(args) or 0)
     except BrokenPipeError:
         # the reader went away: point stdout at devnull so the interpreter's final flush is quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

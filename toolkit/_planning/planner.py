@@ -44,6 +44,7 @@ formula, no DataFrame per call).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ from toolkit._planning.evaluate import _Evaluator
 from toolkit._planning.fleets import fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _degrees, _percentile_label, _specs
+from toolkit._planning.no_plan import no_plan_reason
 from toolkit._progress import check_progress, progress_bar
 
 if TYPE_CHECKING:  # pandas loads for the table plan() returns, not for the command line's
@@ -162,7 +164,9 @@ def plan(
         configuration, at ``percentile``, ms), ``sim_meets_slo`` (False, and said in ``warnings``, where
         the simulated queue grew through the run) and ``sim_disagrees`` (closed form
         and simulation more than 25% apart on the end-to-end percentile), filled for the frontier
-        plans simulated and missing (NaN / NA) for the others.
+        plans simulated and missing (NaN / NA) for the others. No rows, with a ``UserWarning`` saying
+        which condition nothing asked for meets (context window, weight format, memory, replicas),
+        where no configuration can serve the load.
     """
     columns, bar, replay = _plan_columns(
         request_rate,
@@ -276,6 +280,9 @@ def _plan_columns(
         ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
         e2e = f"e2e_p{_percentile_label(pct)}_ms"
         columns = fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
+        if not len(columns["meets_slo"]):
+            reason = no_plan_reason(specs, tuple(tps), prompt + output, grid.cfg.size, replicas_max, rate)
+            warnings.warn(f"no plan: {reason}", UserWarning, stacklevel=3)
         bar.update()
     except BaseException:
         bar.close()
