@@ -1,8 +1,9 @@
 """Command line: ``python -m toolkit {plan,sweep,report} ...``.
 
 A user error (a bad argument, a missing file, a server that does not answer) ends in one line on
-stderr and exit status 2, never a traceback; a warning is one line on stderr too; output piped into a program that stops reading (``|
-head``) ends quietly. Only argparse is imported until a subcommand runs, so ``--help`` is instant.
+stderr and exit status 2, never a traceback; a warning is one line on stderr too; output piped into a
+program that stops reading (``| head``) ends quietly. Only argparse is imported until a subcommand
+runs, so ``--help`` is instant.
 """
 
 from __future__ import annotations

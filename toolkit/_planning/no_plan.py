@@ -35,9 +35,10 @@ def no_plan_reason(
         The fleet ceiling and the load, for a grid whose every candidate needs more replicas.
     """
     if candidates:
+        replicas = f"{max_replicas} replica{'s' * (max_replicas != 1)}"
         return (
-            f"no fleet of at most {max_replicas} replica{'s' * (max_replicas != 1)} of any configuration asked for serves "
-            f"{request_rate:g} requests/s: raise max_replicas, or allow larger GPUs or tensor parallel degrees"
+            f"no fleet of at most {replicas} of any configuration asked for serves {request_rate:g} "
+            "requests/s: raise max_replicas, or allow larger GPUs or tensor parallel degrees"
         )
     models, _, quants, backends = ([_thaw(s) for s in kind] for kind in specs)
     windows = {m["name"]: m["max_context"] for m in models}
