@@ -547,3 +547,12 @@ def test_an_empty_plan_warns_which_condition_nothing_meets(changes, reason):
 def test_a_plan_with_rows_gives_no_such_warning(recwarn):
     assert len(plan(**QUESTION, models="Llama-3.1-8B", gpus="H100 SXM"))
     assert not [w for w in recwarn if "no plan" in str(w.message)]
+
+
+@pytest.mark.parametrize("name", ["prompt_tokens", "output_tokens"])
+def test_token_counts_have_simulates_range(name):
+    # simulate() takes 1 to 10**9 tokens per request; the planner asks the same of its question
+    with pytest.raises(ValueError, match=rf"{name} must be an integer \(>= 1 and <= 1e\+09\)"):
+        plan(**{**QUESTION, name: 10**9 + 1})
+    with pytest.warns(UserWarning, match="context window"):  # 10**9 itself is a question, unanswerable
+        plan(**{**QUESTION, name: 10**9})

@@ -35,8 +35,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """
     p = subparsers.add_parser("plan", help="cheapest fleets meeting a request rate under latency SLOs")
     p.add_argument("--rate", type=float, required=True, help="fleet arrival rate, requests per second (> 0)")
-    p.add_argument("--prompt-tokens", type=int, required=True, help="prompt tokens per request (>= 1)")
-    p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request (>= 1)")
+    p.add_argument("--prompt-tokens", type=int, required=True, help="prompt tokens per request (1 to 10**9)")
+    p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request (1 to 10**9)")
     p.add_argument("--slo-ttft-ms", type=float, help="time-to-first-token target at --percentile, ms")
     p.add_argument("--slo-tpot-ms", type=float, help="time-per-output-token target at --percentile, ms")
     p.add_argument("--slo-e2e-ms", type=float, help="end-to-end latency target at --percentile, ms")

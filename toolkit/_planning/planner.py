@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit._args import check_choice, check_int, check_number, is_pandas
 from toolkit._data import load_rows
+from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._planning.evaluate import _Evaluator
 from toolkit._planning.fleets import fleet_columns
@@ -102,7 +103,7 @@ def plan(
     request_rate : float
         Arrival rate of the whole fleet, requests per second (> 0).
     prompt_tokens, output_tokens : int
-        Tokens per request in and out (>= 1).
+        Tokens per request in and out (1 to 10**9, as for :func:`toolkit.simulate`).
     slo_ttft_ms, slo_tpot_ms, slo_e2e_ms : float, optional
         Targets for the time to first token, the time per output token and the end-to-end latency,
         each at ``percentile``, in ms (> 0); None leaves that latency unconstrained.
@@ -234,8 +235,8 @@ def _plan_columns(
     still open, where a stage is left; for a trace or ``verify``, the replay's (load, percentile,
     SLOs), else None)."""
     rate = check_number("request_rate", request_rate, low=0, low_inclusive=False)
-    prompt = check_int("prompt_tokens", prompt_tokens, low=1)
-    output = check_int("output_tokens", output_tokens, low=1)
+    prompt = check_int("prompt_tokens", prompt_tokens, low=1, high=MAX_TOKENS)
+    output = check_int("output_tokens", output_tokens, low=1, high=MAX_TOKENS)
     slos = {
         name: None if value is None else check_number(f"{name}_ms", value, low=0, low_inclusive=False)
         for name, value in (("slo_ttft", slo_ttft_ms), ("slo_tpot", slo_tpot_ms), ("slo_e2e", slo_e2e_ms))
