@@ -28,6 +28,7 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     "args",
     [
         pytest.param([*PLAN, "--rate", "-3"], id="negative rate"),
+        pytest.param([*PLAN, "--request-rate", "-3"], id="negative rate, the API's name"),
         pytest.param([*PLAN, "--rate", "3", "--gpu", "H999 Ultra"], id="unknown GPU"),
         pytest.param([*PLAN, "--rate", "3", "--percentile", "1.5"], id="percentile out of range"),
         # argparse's own errors: a value of the wrong type, an unknown option, a missing one

@@ -34,7 +34,14 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         The subparser's ``func`` prints the plans (or their Pareto frontier) and returns 0.
     """
     p = subparsers.add_parser("plan", help="cheapest fleets meeting a request rate under latency SLOs")
-    p.add_argument("--rate", type=float, required=True, help="fleet arrival rate, requests per second (> 0)")
+    p.add_argument(
+        "--request-rate",
+        "--rate",
+        dest="rate",
+        type=float,
+        required=True,
+        help="fleet arrival rate, requests per second (> 0); plan()'s request_rate",
+    )
     p.add_argument("--prompt-tokens", type=int, required=True, help="prompt tokens per request (1 to 10**9)")
     p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request (1 to 10**9)")
     p.add_argument("--slo-ttft-ms", type=float, help="time-to-first-token target at --percentile, ms")
