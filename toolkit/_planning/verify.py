@@ -21,6 +21,7 @@ import pandas as pd
 
 from toolkit._planning.inputs import _percentile_label
 from toolkit._planning.pareto import pareto
+from toolkit._queueing.sim_result import known_unstable
 from toolkit._scale.grid import simulate_grid
 
 __all__: list[str] = []
@@ -98,18 +99,20 @@ def verify_plans(
     ]
     sims = simulate_grid(scenarios, client=client, percentiles=(percentile,), progress=False)
     sims.index = front.index
+
+    def warn(label_: object, note: str) -> None:
+        out.loc[label_, "warnings"] = "; ".join(w for w in (out.loc[label_, "warnings"], note) if w)
+
     for label_, sim in sims.iterrows():
         if sim["error"] is not None:
-            note = f"simulation failed: {sim['error']}"
-            out.loc[label_, "warnings"] = "; ".join(w for w in (out.loc[label_, "warnings"], note) if w)
+            warn(label_, f"simulation failed: {sim['error']}")
             continue
         ms = {m: float(sim[f"{m}_p{label}_s"]) * 1e3 for m in ("ttft", "tpot", "e2e")}
         out.loc[label_, list(SIM_COLUMNS)] = [ms["ttft"], ms["tpot"], ms["e2e"]]
         limits = {"slo_ttft": ms["ttft"], "slo_tpot": ms["tpot"], "slo_e2e": ms["e2e"]}
         meets = all(slos[k] is None or limits[k] <= slos[k] for k in limits)
-        if pd.notna(sim["stable"]) and not sim["stable"]:  # latencies that grow with the run meet no SLO
-            note = "simulation unstable: its queue grew through the run"
-            out.loc[label_, "warnings"] = "; ".join(w for w in (out.loc[label_, "warnings"], note) if w)
+        if known_unstable(sim["stable"]):  # latencies that grow with the run meet no SLO
+            warn(label_, "simulation unstable: its queue grew through the run")
             meets = False
         out.loc[label_, "sim_meets_slo"] = meets
         out.loc[label_, "sim_disagrees"] = abs(out.loc[label_, e2e] / ms["e2e"] - 1) > DISAGREE_REL

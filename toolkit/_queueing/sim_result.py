@@ -53,7 +53,7 @@ class SimulationResult:
 
     def __repr__(self) -> str:
         s = self.summary.iloc[0]
-        unstable = ", UNSTABLE: the queue grew through the run" if pd.notna(s["stable"]) and not s["stable"] else ""
+        unstable = ", UNSTABLE: the queue grew through the run" if known_unstable(s["stable"]) else ""
         return (
             f"SimulationResult({len(self.requests)} requests, {s['throughput_rps']:.3g} req/s, "
             f"ttft p95 {s['ttft_p95_s']:.3g} s, e2e p95 {s['e2e_p95_s']:.3g} s, "
@@ -67,6 +67,11 @@ def _percentiles(values: np.ndarray) -> tuple[float, float, float, float]:
         return (math.nan,) * 4
     p50, p95, p99 = np.percentile(finite, [50, 95, 99])
     return float(finite.mean()), float(p50), float(p95), float(p99)
+
+
+def known_unstable(stable: object) -> bool:
+    """Whether a summary's ``stable`` says unstable: False, not True and not unknown (None or NA)."""
+    return bool(pd.notna(stable) and not stable)
 
 
 def queue_wait_growth(arrival_s: np.ndarray, queue_wait_s: np.ndarray) -> float:
