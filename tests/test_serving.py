@@ -415,15 +415,15 @@ QUANTS = list(toolkit.quantizations()["name"])
 @st.composite
 def serving_case(draw):
     model = draw(st.sampled_from(MODELS))
-    heads = resolve_model(model)["attention_heads"]
-    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if heads % t == 0]))
+    spec = resolve_model(model)
+    tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if spec["attention_heads"] % t == 0]))
     return {
         "model": model,
         "gpu": draw(st.sampled_from(GPUS)),
         "quant": draw(st.sampled_from(QUANTS)),
         "kv_dtype": draw(st.sampled_from(["fp16", "fp8", "q8", "q4"])),
         "tensor_parallel": tp,
-        "context_tokens": draw(st.integers(1, 65_536)),
+        "context_tokens": draw(st.integers(1, min(65_536, spec["max_context"]))),
     }
 
 
@@ -448,6 +448,7 @@ def test_throughput_monotone_up_to_the_feasible_maximum(case):
 @given(case=serving_case(), prompt=st.integers(1, 32_768), cached_share=st.floats(0, 1))
 def test_ttft_grows_with_prompt_and_shrinks_with_cache(case, prompt, cached_share):
     cm = toolkit.cost_model(case["model"], case["gpu"], case["quant"], tensor_parallel=case["tensor_parallel"])
+    prompt = min(prompt, int(cm.model["max_context"]) // 2)  # prompt * 2 stays within the window
     cached = int(prompt * cached_share)
     values = cm.ttft_ms(np.array([prompt, prompt + 1, prompt * 2]))
     assert np.isfinite(values).all() and (np.diff(values) >= 0).all()
@@ -498,3 +499,16 @@ def test_ttft_grows_with_prompt_and_shrinks_with_cache(case, prompt, cached_shar
 def test_bad_inputs_raise_naming_the_argument(call, argument):
     with pytest.raises(ValueError, match=argument):
         call()
+
+
+def test_prompt_or_context_beyond_the_model_window_is_refused_with_the_window():
+    # Llama 2 was trained with a 4,096-token context (Touvron et al., 2023, section 2.2)
+    assert toolkit.ttft_ms("Llama-2-7B", "H100 SXM", "bf16", 4096) > 0
+    assert len(toolkit.batching_curve("Llama-2-7B", "H100 SXM", "bf16", 4096, batch_sizes=[1])) == 1
+    with pytest.raises(ValueError, match=r"prompt_tokens must be <= 4096 \(Llama-2-7B's context window"):
+        toolkit.ttft_ms("Llama-2-7B", "H100 SXM", "bf16", [128, 4097])
+    with pytest.raises(ValueError, match=r"context_tokens must be <= 4096"):
+        toolkit.batching_curve("Llama-2-7B", "H100 SXM", "bf16", 4097)
+    # a model spec that states no window is not limited by one
+    spec = {k: v for k, v in toolkit.models().set_index("name").loc["Llama-2-7B"].items() if k != "max_context"}
+    assert toolkit.ttft_ms({"name": "untitled", **spec}, "H100 SXM", "bf16", 8192) > 0

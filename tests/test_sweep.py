@@ -609,7 +609,7 @@ def test_cli_sweeps_a_prompts_file_into_out_dir(tmp_path, capsys):
                 str(prompts),
                 "--limits",
                 "1,3",
-                "--out",
+                "--out-dir",
                 str(tmp_path / "out"),
                 "--quiet",
             ]

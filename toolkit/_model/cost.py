@@ -16,6 +16,7 @@ import numpy as np
 from toolkit._args import check_array
 from toolkit._model.efficiency import _SCALARS, _nonneg
 from toolkit._model.memory import _max_seqs
+from toolkit._model.resolve import within_window
 from toolkit._model.terms import combine, step_parts, step_time, ttft_time
 
 __all__ = ["CostModel"]
@@ -209,7 +210,7 @@ class CostModel:
         Parameters
         ----------
         prompt_tokens : int or array-like
-            Prompt length in tokens (>= 1).
+            Prompt length in tokens (1 to the model's ``max_context``).
         cached_tokens : int or array-like
             Leading prompt tokens already in the prefix cache (0 <= cached <= prompt). At least one
             token is always computed, as engines do on a full cache hit.
@@ -225,8 +226,18 @@ class CostModel:
             raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens!r}")
         if np.any(cached > prompt):
             raise ValueError("cached_tokens must be <= prompt_tokens")
+        self.check_window("prompt_tokens", prompt_tokens)
         ttft = ttft_time(vars(self), prompt, cached)
         return float(ttft) if ttft.ndim == 0 else ttft
+
+    def check_window(self, name: str, tokens: object) -> None:
+        """Raise ``ValueError`` naming ``name`` when any of ``tokens`` exceeds the model's context window
+        (``max_context``; no check where the model does not state one)."""
+        window = self.model["max_context"]
+        if not np.all(within_window(window, tokens)):
+            raise ValueError(
+                f"{name} must be <= {window:.0f} ({self.model['name']}'s context window, max_context), got {tokens!r}"
+            )
 
     def max_concurrent_seqs(self, context_tokens: object) -> int | np.ndarray:
         """KV-bound number of sequences of ``context_tokens`` tokens the KV budget holds (whole blocks).

@@ -45,7 +45,7 @@ def batching_curve(
     model, gpu, quant : str or spec
         Catalog names or spec dicts.
     context_tokens : int
-        KV tokens each running sequence holds (1 to 10**9).
+        KV tokens each running sequence holds (1 to the model's ``max_context``).
     batch_sizes : array-like of int, optional
         Batches to evaluate (1 to 10**6); default powers of two 1..512 plus the KV-bound maximum.
     tensor_parallel : int
@@ -89,6 +89,7 @@ def batching_curve(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     context = check_int("context_tokens", context_tokens, low=1, high=MAX_TOKENS)
+    cm.check_window("context_tokens", context)
     max_seqs = cm.max_concurrent_seqs(context)
     if batch_sizes is None:
         batch = _default_batches(max_seqs)

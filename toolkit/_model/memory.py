@@ -47,7 +47,14 @@ import numpy as np
 
 from toolkit._args import check_array, check_int, check_number
 from toolkit._data import load_rows
-from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._model.resolve import (
+    resolve_backend,
+    resolve_gpu,
+    resolve_kv_dtype,
+    resolve_model,
+    resolve_quant,
+    within_window,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -270,8 +277,7 @@ def memory(
     )
     seq_bytes = float(_seq_kv_bytes(spec_model, budget["kv_layer_bytes"], np.array([context]), block)[0])
     max_seqs = int(_max_seqs(spec_model, budget, np.array([context]), block)[0])
-    max_context = spec_model["max_context"]
-    within = bool(math.isnan(max_context) or context <= max_context)
+    within = within_window(spec_model["max_context"], context)
     import pandas as pd
 
     return pd.DataFrame(

@@ -58,6 +58,14 @@ _MODEL_OPTIONAL = {
 }
 
 
+def within_window(max_context: object, tokens: object) -> bool | np.ndarray:
+    """Whether ``tokens`` fit a model's context window ``max_context`` (always, where the window is NaN:
+    not stated); vectorised over both."""
+    window = np.asarray(max_context, dtype=float)
+    fits = np.isnan(window) | (np.asarray(tokens, dtype=float) <= window)
+    return bool(fits) if fits.ndim == 0 else fits
+
+
 _QUANT_FIELDS = {"name": "str", "bits_per_weight": "pos"}
 
 

@@ -278,7 +278,7 @@ def ttft_ms(
     model, gpu, quant : str or spec
         Catalog names or spec dicts.
     prompt_tokens : int or array-like
-        Prompt length(s) in tokens (>= 1); the result is vectorised over it.
+        Prompt length(s) in tokens (1 to the model's ``max_context``); the result is vectorised over it.
     tensor_parallel : int
         GPUs per replica.
     mfu, mbu : float, optional

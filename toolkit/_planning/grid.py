@@ -22,7 +22,7 @@ from toolkit._model.constants import cost_constants
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
 from toolkit._model.memory import _max_seqs
 from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
-from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL
+from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL, within_window
 from toolkit._model.resolve import _MODEL_FIELDS as _MODEL_SPEC
 from toolkit._model.serving import _memory_settings
 from toolkit._model.terms import step_time, ttft_time
@@ -212,7 +212,7 @@ def _build_grid(
     max_context = np.array([m["max_context"] for m in model_specs])
     heads = np.array([m["attention_heads"] for m in model_specs])
     interconnect = np.array([g["interconnect_gb_s"] for g in gpu_specs])
-    fits = (np.isnan(max_context) | (context <= max_context))[mi] & (heads[mi] % tp == 0)
+    fits = within_window(max_context, context)[mi] & (heads[mi] % tp == 0)
     fits &= (tp == 1) | (interconnect[gi] > 0)
     usable = loads[qi] & ((tp == 1)[:, None] | shards) & fits[:, None]
     # a configuration served by engines whose steps cost differently (GEMMs accumulating in fp16 or

@@ -3,8 +3,7 @@ can meet, in the order the planner applies them."""
 
 from __future__ import annotations
 
-import math
-
+from toolkit._model.resolve import within_window
 from toolkit._planning.grid import _thaw
 from toolkit._planning.inputs import _support
 
@@ -42,7 +41,7 @@ def no_plan_reason(
         )
     models, _, quants, backends = ([_thaw(s) for s in kind] for kind in specs)
     windows = {m["name"]: m["max_context"] for m in models}
-    if all(not math.isnan(w) and context_tokens > w for w in windows.values()):
+    if not any(within_window(w, context_tokens) for w in windows.values()):
         name = max(windows, key=windows.get)
         return (
             f"a request of {context_tokens:,} tokens (prompt_tokens + output_tokens) exceeds the context "

@@ -31,7 +31,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--base-url", help="server to measure (default: env BASE_URL, else local llama-server)")
     p.add_argument("--model", help="model name the server expects (default: env MODEL)")
     p.add_argument("--name", help="report name (default: from the model)")
-    p.add_argument("--out", type=Path, help="report folder (default: reports/<date>-<name>)")
+    p.add_argument("--out-dir", "--out", type=Path, help="report folder (default: reports/<date>-<name>)")
     p.add_argument(
         "--recorded", action="store_true", help="draw the recorded run shipped with the package, measure nothing"
     )
@@ -45,7 +45,7 @@ def _cli(args: argparse.Namespace) -> int:
     from toolkit._report.build import build_report
 
     index = build_report(
-        out_dir=args.out,
+        out_dir=args.out_dir,
         base_url=args.base_url,
         model=args.model,
         name=args.name,

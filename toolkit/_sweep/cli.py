@@ -71,14 +71,14 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--slo-tpot-ms", type=float, help="TPOT target for goodput, ms")
     p.add_argument("--metrics-url", help="Prometheus page (default: <base-url>/metrics)")
     p.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
-    p.add_argument("--no-tag", action="store_true", help="do not tag prompts per level")
+    p.add_argument("--no-tag-levels", "--no-tag", action="store_true", help="do not tag prompts per level")
     p.add_argument("--extra-body", type=json.loads, help="extra JSON request fields, e.g. '{\"temperature\": 0}'")
     p.add_argument("--api-key-env", default="TOOLKIT_API_KEY", help="environment variable holding the API key")
     p.add_argument(
         "--metrics-api-key-env", help="environment variable holding a key for a --metrics-url on another origin"
     )
-    p.add_argument("--out", type=Path, help="folder for lanes.jsonl, runs.csv, levels.csv, run.json")
-    p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out")
+    p.add_argument("--out-dir", "--out", type=Path, help="folder for lanes.jsonl, runs.csv, levels.csv, run.json")
+    p.add_argument("--resume", action="store_true", help="continue the sweep recorded in --out-dir")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the levels (and how the sweep ended) as JSON")
     p.set_defaults(func=_run)
@@ -102,9 +102,9 @@ def _run(args: argparse.Namespace) -> int:
         limits=args.limits,
         max_tokens=args.max_tokens,
         attempts=args.attempts,
-        tag_levels=not args.no_tag,
+        tag_levels=not args.no_tag_levels,
         metrics_url=metrics_url,
-        out_dir=args.out,
+        out_dir=args.out_dir,
         resume=args.resume,
         timeout_s=args.timeout_s,
         rates=args.rates,
@@ -128,11 +128,15 @@ def _run(args: argparse.Namespace) -> int:
         result = run_sweep(args.base_url, args.model, prompts, **kwargs)
     if args.json:
         levels = json.loads(result.levels.to_json(orient="records"))
-        print(json.dumps({"levels": levels, "stopped": result.stopped, "out": str(args.out) if args.out else None}))
+        print(
+            json.dumps(
+                {"levels": levels, "stopped": result.stopped, "out_dir": str(args.out_dir) if args.out_dir else None}
+            )
+        )
     else:
         print(result.levels[[c for c in DEFAULT_COLUMNS if c in result.levels]].to_string(index=False))
-    if args.out is not None:
-        print(f"written to {args.out}", file=sys.stderr)
+    if args.out_dir is not None:
+        print(f"written to {args.out_dir}", file=sys.stderr)
     if result.stopped:
         print(f"stopped early: {result.stopped}", file=sys.stderr)
         return 1
