@@ -492,6 +492,10 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
         "execute_notebooks": False,
         "progress": True,
     }
+    # --out is the short form of --out-dir, the name of the argument it sets
+    assert (
+        parser.parse_args(["report", "--out-dir", "a"]).out_dir == parser.parse_args(["report", "--out", "a"]).out_dir
+    )
 
 
 def test_notebook_setup_picks_an_offline_renderer():
