@@ -115,7 +115,7 @@ def test_dersimonian_laird_by_hand():
 
 def test_a_noisy_level_is_inconclusive_whatever_its_elasticity():
     # both repeats read batching at 2 in flight, but their throughputs are 150 and 200 tokens/s:
-    # a spread of 50 / 175 = 29% > 25%
+    # a standard deviation of 50 / sqrt(2) = 35.4, 20% of their median 175 (> 18%)
     u = {1: [10.0, 10.0], 2: [10 * 2**0.05, 10 * 2**0.1]}
     tok = {1: [100.0, 100.0], 2: [150.0, 200.0]}
     assert _verdicts(_runs(u, tok))[2] == "inconclusive"
@@ -131,10 +131,36 @@ def test_one_repeat_near_a_threshold_is_inconclusive_far_from_it_is_not():
 
 @pytest.mark.parametrize(
     ("values", "noisy"),
-    [([100, 118], False), ([100, 130], True), ([100], False), ([100, math.nan], False), ([80, 100, 110], True)],
+    # sample standard deviations by hand: |a - b| / sqrt(2) for two values (12.7 of 109, 21.2 of 115);
+    # [80, 100, 110]: mean 96.7, squared deviations 277.8 + 11.1 + 177.8 over 2, sd 15.3 of 100;
+    # [80, 100, 120]: sd 20 of 100
+    [
+        ([100, 118], False),
+        ([100, 130], True),
+        ([100], False),
+        ([100, math.nan], False),
+        ([80, 100, 110], False),
+        ([80, 100, 120], True),
+    ],
 )
-def test_disagree_is_a_spread_of_more_than_25_percent_of_the_median(values, noisy):
+def test_disagree_is_a_standard_deviation_above_18_percent_of_the_median(values, noisy):
     assert disagree(pd.Series(values, dtype=float)) is noisy
+
+
+def test_disagree_does_not_grow_stricter_with_more_repeats():
+    # steady repeats (a true 8% spread): (n - 1) s^2 / sigma^2 is chi-square with n - 1 degrees of
+    # freedom, so a share chi2.sf((n - 1) (0.18 / 0.08)^2, n - 1) of them reads noisy: 2.4% of pairs,
+    # 0.6% of triples, none of twenty. A spread (max - min) over 25%, the rule before, reads 3% of
+    # pairs and 80% of sets of twenty.
+    rng = np.random.default_rng(5)
+    for n in (2, 3, 20):
+        expected = stats.chi2.sf((n - 1) * (0.18 / 0.08) ** 2, n - 1)
+        flagged = np.mean([disagree(pd.Series(1000 * (1 + 0.08 * rng.standard_normal(n)))) for _ in range(4000)])
+        assert flagged == pytest.approx(expected, abs=0.01), n
+    # and where the repeats do disagree (a 40% standard deviation) most sets read noisy, whatever their
+    # number: 82% of triples (chi2.sf(2 (0.18 / 0.4)^2, 2)), all sets of twenty
+    for n in (3, 20):
+        assert np.mean([disagree(pd.Series(1000 * (1 + 0.4 * rng.standard_normal(n)))) for _ in range(400)]) > 0.7
 
 
 def _pass(ms_per_token: dict[int, float]) -> SweepResult:

@@ -91,7 +91,7 @@ def _verdict(df: pd.DataFrame) -> str:
     verdict, limit = str(top["verdict"]), int(top["in_flight"])
     if verdict == "inconclusive" and "elasticity" in df and pd.notna(top["elasticity"]):
         why = (
-            f"its repeats disagree by more than {NOISY_TOLERANCE:.0%}"
+            f"its repeats disagree (a standard deviation above {NOISY_TOLERANCE:.0%} of their median)"
             if "noisy" in df and bool(top["noisy"])
             else "its runs do not put the elasticity clearly on one side of a threshold"
         )

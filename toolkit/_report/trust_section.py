@@ -79,7 +79,7 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         " term), prefill at three prompt lengths (prefill rate and request overhead), each cell repeated"
         " in passes over the design spread over the run (between the sweep's passes, and one right after the"
         " replay), so that the"
-        f" intervals below hold the server's drift over minutes. {noisy} of {len(cells)} cells are noisy (their repeats spread by more than {NOISY_TOLERANCE:.0%})"
+        f" intervals below hold the server's drift over minutes. {noisy} of {len(cells)} cells are noisy (their repeats' standard deviation exceeds {NOISY_TOLERANCE:.0%} of their median)"
         " and are left out of the fit.</p>" + _table_html(cells, "Profile cells", "profile_cells.csv", open_=True)
     )
     if check.refused:

@@ -21,7 +21,8 @@ level and level ``k`` the elasticity is ``e = ln(u_k / u_1) / ln(x_k / x_1)``:
 ``e <= 0.3`` reads ``batching``, ``e >= 0.7`` ``queueing``, in between ``mixed`` (thresholds that split
 the range so a 30% deviation from either ideal is still named after it). The first level reads
 ``baseline``. A verdict that the measurement cannot support reads ``inconclusive``: the level is
-``noisy`` (its repeats' decode throughputs spread by more than ``NOISY_TOLERANCE`` of their median),
+``noisy`` (its repeats' decode throughputs have a standard deviation above ``NOISY_TOLERANCE`` of
+their median),
 its elasticity's 95% interval (``elasticity_ci95``: how far its repeats' elasticities spread,
 pooled over the levels, :mod:`toolkit._sweep.verdict_interval`) or its repeats' elasticities cross a threshold,
 or, from one repeat, the elasticity lies within ``VERDICT_MARGIN`` of a threshold (one run cannot
@@ -45,11 +46,13 @@ __all__: list[str] = []
 NAN = math.nan
 BATCHING_MAX_ELASTICITY = 0.3
 QUEUEING_MIN_ELASTICITY = 0.7
-# Repeats of one level (or one profile cell) disagree when their values spread (max - min) by more
-# than this share of their median: on an idle 2-core VM three repeats of a one-thread llama-server
-# cell spread by up to about 20% (one slow wave), while one other busy process moves them by 40% and
-# more.
-NOISY_TOLERANCE = 0.25
+# Repeats of one level (or one profile cell) disagree when their sample standard deviation exceeds
+# this share of their median. On an idle 2-core VM three repeats of a one-thread llama-server cell
+# spread by up to about 20% (one slow wave: a standard deviation of about 11%), while one other busy
+# process moves them by 40% and more (about 20% and more). For two repeats the cut is the one judged
+# before on the spread (max - min), 25% of their mean (18% x sqrt 2); unlike the spread, a standard
+# deviation does not grow with the number of repeats (ten steady repeats spread twice as far as two).
+NOISY_TOLERANCE = 0.18
 VERDICT_MARGIN = 0.05
 
 # issue 5's columns, in its order; extras follow
@@ -279,12 +282,12 @@ def aggregate(runs: pd.DataFrame, lanes: pd.DataFrame, *, closed_loop: bool) -> 
 
 
 def disagree(values: pd.Series) -> bool:
-    """Whether repeated values spread (max - min) by more than ``NOISY_TOLERANCE`` of their median."""
+    """Whether repeated values' sample standard deviation exceeds ``NOISY_TOLERANCE`` of their median."""
     x = values.to_numpy(dtype=float)
     x = x[np.isfinite(x)]
     if x.size < 2 or np.median(x) == 0:
         return False
-    return bool((x.max() - x.min()) / abs(np.median(x)) > NOISY_TOLERANCE)
+    return bool(np.std(x, ddof=1) / abs(np.median(x)) > NOISY_TOLERANCE)
 
 
 def _inconclusive(verdict: str, noisy: bool, low: float, high: float, repeats: int) -> str:

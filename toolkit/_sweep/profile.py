@@ -112,7 +112,7 @@ def profile(
         conditions ``wave_s``, ``load_1m_before``, ``load_1m_after``, ``steal_share``,
         ``other_cpu_share``, ``client_cpu_s``, ``server_cpu_s``, ``busy`` (see
         :mod:`toolkit._sweep.host_state`); ``noisy`` (the cell's repeats disagree: its per-wave
-        medians spread by more than ``NOISY_TOLERANCE`` of their median); ``server_version``,
+        medians' standard deviation exceeds ``NOISY_TOLERANCE`` of their median); ``server_version``,
         ``server_flags``, ``model`` and ``seed``. Unknowns are NaN, never zero.
 
     Raises

@@ -73,7 +73,8 @@ def unsteady_reason(profile: pd.DataFrame) -> str:
             for (_, batch, prompt), row in group.iterrows()
         )
         reasons.append(
-            f"every {family} cell of the profile spread by more than {NOISY_TOLERANCE:.0%} between its passes"
+            f"every {family} cell of the profile varied between its passes by a standard deviation above"
+            f" {NOISY_TOLERANCE:.0%} of its median"
             f" ({spreads}), so the fit could not separate {_FAMILY_TERMS[family]}"
         )
     if not reasons:
