@@ -90,7 +90,7 @@ def test_every_tunable_efficiency_moves_every_entry_point(entry):
             return cm.step_ms(8, 8 * 1024) + cm.ttft_ms(512) + float(cm.step_ms(1, 1024, 2048))
         if entry == "plan":
             table = toolkit.plan(
-                request_rate=2,
+                arrival_rate=2,
                 prompt_tokens=512,
                 output_tokens=128,
                 models=setup["model"],

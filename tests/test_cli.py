@@ -28,7 +28,7 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     "args",
     [
         pytest.param([*PLAN, "--rate", "-3"], id="negative rate"),
-        pytest.param([*PLAN, "--request-rate", "-3"], id="negative rate, the API's name"),
+        pytest.param([*PLAN, "--arrival-rate", "-3"], id="negative rate, the API's name"),
         pytest.param([*PLAN, "--rate", "3", "--gpu", "H999 Ultra"], id="unknown GPU"),
         pytest.param([*PLAN, "--rate", "3", "--percentile", "1.5"], id="percentile out of range"),
         # argparse's own errors: a value of the wrong type, an unknown option, a missing one
@@ -207,7 +207,7 @@ def test_the_table_is_what_pandas_prints(capsys, extra):
     from toolkit.__main__ import main
     from toolkit._planning.pareto import pareto
 
-    question = dict(request_rate=6, prompt_tokens=700, output_tokens=150, slo_e2e_ms=8000, percentile=0.9)
+    question = dict(arrival_rate=6, prompt_tokens=700, output_tokens=150, slo_e2e_ms=8000, percentile=0.9)
     subset = dict(models=["Llama-3.1-8B", "Mistral-7B", "Gemma-3-270M"], gpus=["L4", "H100 SXM", "RTX 4090"])
     argv = ["plan", "--rate", "6", "--prompt-tokens", "700", "--output-tokens", "150", "--slo-e2e-ms", "8000"]
     argv += [

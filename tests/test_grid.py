@@ -274,7 +274,7 @@ def test_killing_a_worker_mid_grid_still_returns_every_row():
 
 # --- plan(verify="simulate") -------------------------------------------------------------------------------
 PLAN = {
-    "request_rate": 4.0,
+    "arrival_rate": 4.0,
     "prompt_tokens": 512,
     "output_tokens": 64,
     "slo_e2e_ms": 5000,

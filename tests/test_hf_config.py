@@ -366,7 +366,7 @@ def test_a_path_to_the_file_or_its_directory(tmp_path):
     by_file = toolkit.model_from_hf_config(str(folder / "config.json"), name="mine")
     assert by_dir["name"] == "Mistral-7B-v0.1" and by_file["name"] == "mine"
     assert by_dir["params_b"] == by_file["params_b"]
-    plans = toolkit.plan(request_rate=1, prompt_tokens=256, output_tokens=64, models=by_dir, gpus="H100 SXM")
+    plans = toolkit.plan(arrival_rate=1, prompt_tokens=256, output_tokens=64, models=by_dir, gpus="H100 SXM")
     assert len(plans) and set(plans["model"]) == {"Mistral-7B-v0.1"}
 
 

@@ -143,7 +143,7 @@ def test_wrong_types_and_ranges_are_value_errors_naming_the_argument(kwargs, fie
 
 def test_a_string_is_not_a_list_of_tensor_parallel_degrees():
     with pytest.raises(ValueError, match="tensor_parallel"):
-        toolkit.plan(request_rate=1, prompt_tokens=5, output_tokens=5, tensor_parallel="12", models="Llama-3.1-8B")
+        toolkit.plan(arrival_rate=1, prompt_tokens=5, output_tokens=5, tensor_parallel="12", models="Llama-3.1-8B")
 
 
 # --- any JSON value in any field ---------------------------------------------------------------

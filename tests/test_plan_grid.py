@@ -105,9 +105,9 @@ def _bare_gpu() -> dict:
 
 
 QUESTIONS = {
-    "readme_subset": dict(request_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, **SUBSET),
+    "readme_subset": dict(arrival_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, **SUBSET),
     "tight_slos_calibrated": dict(
-        request_rate=25,
+        arrival_rate=25,
         prompt_tokens=2000,
         output_tokens=300,
         slo_ttft_ms=800,
@@ -120,7 +120,7 @@ QUESTIONS = {
         **SUBSET,
     ),
     "long_context_custom_specs": dict(
-        request_rate=0.5,
+        arrival_rate=0.5,
         prompt_tokens=6000,
         output_tokens=500,
         slo_e2e_ms=60000,

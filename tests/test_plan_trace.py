@@ -27,7 +27,7 @@ def test_bursty_arrivals_wait_longer_than_poisson_ones_with_the_same_requests():
     bursty = _trace(
         np.where(fast, rng.exponential(0.1 / (0.9 * rate), n), rng.exponential(0.9 / (0.1 * rate), n)), output
     )
-    common = {"request_rate": rate, "prompt_tokens": 512, "output_tokens": 128, **SETUP}
+    common = {"arrival_rate": rate, "prompt_tokens": 512, "output_tokens": 128, **SETUP}
     calm = toolkit.plan(**common, workload=poisson).set_index(["replicas", "batch"])
     rough = toolkit.plan(**common, workload=bursty).set_index(["replicas", "batch"])
     both = calm.join(rough.add_suffix("_bursty"), how="inner")
@@ -41,7 +41,7 @@ def test_simulated_columns_replay_the_trace_on_the_frontier():
     n = 600
     trace = _trace(rng.exponential(1 / 4.0, n), np.full(n, 64))
     plans = toolkit.plan(
-        request_rate=4.0, prompt_tokens=512, output_tokens=64, slo_e2e_ms=5000, **SETUP, workload=trace
+        arrival_rate=4.0, prompt_tokens=512, output_tokens=64, slo_e2e_ms=5000, **SETUP, workload=trace
     )
     simulated = plans[plans["sim_e2e_ms"].notna()]
     assert 1 <= len(simulated) <= 8 and simulated["meets_slo"].all()
@@ -71,7 +71,7 @@ def test_the_code_service_breaks_a_plan_sized_on_its_mean_rate():
     trace = toolkit.load_trace("azure-code-2023")
     summary = toolkit.describe_workload(trace).summary.iloc[0]
     plans = toolkit.plan(
-        request_rate=summary["rate_rps"],
+        arrival_rate=summary["rate_rps"],
         prompt_tokens=round(summary["prompt_mean"]),
         output_tokens=round(summary["output_mean"]),
         slo_ttft_ms=2000,

@@ -81,7 +81,7 @@ def test_headline_single_stream_needs_several_gpus_continuous_batching_one():
     # paused decoding, steps stretch by 1 / (1 - 0.27) to ~13.3 ms: e2e ~ 0.1 + 128 x 13.3 ms = 1.8 s,
     # far inside the 5 s SLO. (The seed's own figures: Ollama 5 GPUs, vLLM 1 GPU at batch 8.)
     question = dict(
-        request_rate=3,
+        arrival_rate=3,
         **REQUEST,
         slo_e2e_ms=5000,
         models="Mistral-7B",
@@ -105,7 +105,7 @@ def test_headline_single_stream_needs_several_gpus_continuous_batching_one():
 
 def test_headline_holds_for_chatbot_traffic_too():
     question = dict(
-        request_rate=3,
+        arrival_rate=3,
         **REQUEST,
         slo_e2e_ms=5000,
         models="Mistral-7B",
@@ -352,7 +352,7 @@ def test_tensor_parallel_only_where_heads_divide_and_the_backend_shards():
 
 def test_prefix_cache_hits_shorten_ttft():
     question = dict(
-        request_rate=2,
+        arrival_rate=2,
         prompt_tokens=2048,
         output_tokens=64,
         models="Mistral-7B",
@@ -375,8 +375,8 @@ def test_nothing_fits_gives_an_empty_table_with_the_columns():
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
-        ({"request_rate": 0}, "request_rate"),
-        ({"request_rate": math.nan}, "request_rate"),
+        ({"arrival_rate": 0}, "arrival_rate"),
+        ({"arrival_rate": math.nan}, "arrival_rate"),
         ({"prompt_tokens": 0}, "prompt_tokens"),
         ({"output_tokens": 1.5}, "output_tokens"),
         ({"slo_e2e_ms": -1}, "slo_e2e_ms"),
@@ -390,7 +390,7 @@ def test_nothing_fits_gives_an_empty_table_with_the_columns():
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(kwargs, name):
-    args = dict(request_rate=1, prompt_tokens=512, output_tokens=128, models="Mistral-7B", gpus="L4")
+    args = dict(arrival_rate=1, prompt_tokens=512, output_tokens=128, models="Mistral-7B", gpus="L4")
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         plan(**args)
@@ -465,7 +465,7 @@ def test_calibration_reaches_the_plan():
     # Halving the bandwidth utilisation doubles the memory-bound decode step of a single-stream
     # 1B model, so its TPOT must rise (by close to 2x, less the fixed step overhead).
     kwargs = dict(
-        request_rate=0.1,
+        arrival_rate=0.1,
         prompt_tokens=128,
         output_tokens=64,
         models="Llama-3.2-1B",
@@ -493,7 +493,7 @@ def test_a_measured_host_row_plans_like_a_gpu():
         ]
     )
     out = plan(
-        request_rate=0.05,
+        arrival_rate=0.05,
         prompt_tokens=64,
         output_tokens=32,
         models="Gemma-3-270M",
@@ -517,7 +517,7 @@ def test_cached_candidate_grid_is_not_altered_by_other_questions():
 
 
 # ---- an empty plan says why ----------------------------------------------------------------------
-QUESTION = {"request_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128}
+QUESTION = {"arrival_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128}
 
 
 @pytest.mark.parametrize(
@@ -536,7 +536,7 @@ QUESTION = {"request_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128}
             r"holds the weights and one 640-token request",
         ),
         # one replica of anything serves far fewer than a million requests a second
-        ({"request_rate": 1e6, "max_replicas": 1}, r"no fleet of at most 1 replica of .* serves 1e\+06 requests/s"),
+        ({"arrival_rate": 1e6, "max_replicas": 1}, r"no fleet of at most 1 replica of .* serves 1e\+06 requests/s"),
     ],
 )
 def test_an_empty_plan_warns_which_condition_nothing_meets(changes, reason):

@@ -18,7 +18,7 @@ SIM = dict(
     num_requests=40_000,
     arrival_rate=400.0,
 )
-PLAN = dict(request_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, models=["Llama-3.1-8B"])
+PLAN = dict(arrival_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, models=["Llama-3.1-8B"])
 
 
 class _Recorder:

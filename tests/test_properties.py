@@ -133,7 +133,7 @@ SPECS: dict[str, Spec] = {
     ),
     "plan": Spec(
         kwargs={
-            "request_rate": 1.0,
+            "arrival_rate": 1.0,
             "prompt_tokens": 512,
             "output_tokens": 128,
             "models": [MODEL],

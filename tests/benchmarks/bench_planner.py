@@ -40,7 +40,7 @@ from toolkit._planning.pareto import pareto  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "reports" / "bench"
 QUESTION = dict(
-    request_rate=5.0,
+    arrival_rate=5.0,
     prompt_tokens=512,
     output_tokens=128,
     slo_ttft_ms=1000,
@@ -50,7 +50,7 @@ QUESTION = dict(
 CONFIG = ["model", "gpu", "quant", "backend", "tensor_parallel", "batch"]
 RUNS = 3
 # the README's own example (issue 13): every row it returns goes through pareto()
-README_QUESTION = {"request_rate": 3, "prompt_tokens": 512, "output_tokens": 128, "slo_e2e_ms": 5000}
+README_QUESTION = {"arrival_rate": 3, "prompt_tokens": 512, "output_tokens": 128, "slo_e2e_ms": 5000}
 
 
 def _timed(fn) -> float:
@@ -80,7 +80,7 @@ start = time.perf_counter()
 import toolkit
 plan = toolkit.plan
 imported = time.perf_counter()
-table = plan(request_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000)
+table = plan(arrival_rate=3, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000)
 done = time.perf_counter()
 print(json.dumps([imported - start, done - imported, len(table)]))
 """

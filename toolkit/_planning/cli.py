@@ -35,12 +35,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     """
     p = subparsers.add_parser("plan", help="cheapest fleets meeting a request rate under latency SLOs")
     p.add_argument(
-        "--request-rate",
+        "--arrival-rate",
         "--rate",
         dest="rate",
         type=float,
         required=True,
-        help="fleet arrival rate, requests per second (> 0); plan()'s request_rate",
+        help="fleet arrival rate, requests per second (> 0); plan()'s arrival_rate",
     )
     p.add_argument("--prompt-tokens", type=int, required=True, help="prompt tokens per request (1 to 10**9)")
     p.add_argument("--output-tokens", type=int, required=True, help="output tokens per request (1 to 10**9)")
@@ -75,7 +75,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 def _question(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of :func:`toolkit.plan` the command line sets."""
     return dict(
-        request_rate=args.rate,
+        arrival_rate=args.rate,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
         slo_ttft_ms=args.slo_ttft_ms,

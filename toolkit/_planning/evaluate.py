@@ -17,10 +17,10 @@ __all__: list[str] = []
 class _Evaluator:
     """Latency, utilisation and the SLO checks of candidates at given replica counts (array math)."""
 
-    def __init__(self, grid: _Grid, request_rate, output_tokens, cs2, percentile, slos, iterations, arrival_ca2=1.0):
+    def __init__(self, grid: _Grid, arrival_rate, output_tokens, cs2, percentile, slos, iterations, arrival_ca2=1.0):
         self.g = grid
         self.arrival_ca2 = arrival_ca2  # of the whole stream; a replica sees it split round robin
-        self.rate = request_rate
+        self.rate = arrival_rate
         self.output = output_tokens
         self.cs2 = cs2
         self.percentile = percentile

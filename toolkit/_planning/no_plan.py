@@ -16,7 +16,7 @@ def no_plan_reason(
     context_tokens: int,
     candidates: int,
     max_replicas: int,
-    request_rate: float,
+    arrival_rate: float,
 ) -> str:
     """The reason no plan answers the question, as one sentence.
 
@@ -30,13 +30,13 @@ def no_plan_reason(
         Prompt plus output tokens of one request.
     candidates : int
         (configuration, batch) candidates the grid kept; 0 when no configuration holds one request.
-    max_replicas, request_rate : int, float
+    max_replicas, arrival_rate : int, float
         The fleet ceiling and the load, for a grid whose every candidate needs more replicas.
     """
     if candidates:
         replicas = f"{max_replicas} replica{'s' * (max_replicas != 1)}"
         return (
-            f"no fleet of at most {replicas} of any configuration asked for serves {request_rate:g} "
+            f"no fleet of at most {replicas} of any configuration asked for serves {arrival_rate:g} "
             "requests/s: raise max_replicas, or allow larger GPUs or tensor parallel degrees"
         )
     models, _, quants, backends = ([_thaw(s) for s in kind] for kind in specs)

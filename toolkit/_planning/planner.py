@@ -69,7 +69,7 @@ LONG_GRID = 2000
 
 
 def plan(
-    request_rate: float,
+    arrival_rate: float,
     prompt_tokens: int,
     output_tokens: int,
     slo_ttft_ms: float | None = None,
@@ -90,7 +90,7 @@ def plan(
     client: object = None,
     progress: bool | None = None,
 ) -> pd.DataFrame:
-    """Every fleet that can serve ``request_rate`` requests/s, with its latency, cost and SLO verdict.
+    """Every fleet that can serve ``arrival_rate`` requests/s, with its latency, cost and SLO verdict.
 
     See the module docstring for the queueing and batching model. Each model x GPU x format x backend
     x tensor-parallel combination that fits contributes one row per batch of its batch grid, with the
@@ -100,7 +100,7 @@ def plan(
 
     Parameters
     ----------
-    request_rate : float
+    arrival_rate : float
         Arrival rate of the whole fleet, requests per second (> 0).
     prompt_tokens, output_tokens : int
         Tokens per request in and out (1 to 10**9, as for :func:`toolkit.simulate`).
@@ -132,7 +132,7 @@ def plan(
         defaults of the serving model, e.g. the row :func:`toolkit.calibrate` returns.
     verify : {"simulate"}, optional
         ``"simulate"``: simulate the 8 cheapest cost-latency frontier plans of each backend (the
-        trace, or 4,000 Poisson arrivals at ``request_rate`` with the preset's output variance) and
+        trace, or 4,000 Poisson arrivals at ``arrival_rate`` with the preset's output variance) and
         add the ``sim_*`` columns. None: only a trace workload is simulated, on 8 frontier plans.
     client : None, "local", str or dask.distributed.Client
         Where those simulations run, as for :func:`toolkit.simulate_grid` (default in-process);
@@ -170,7 +170,7 @@ def plan(
         where no configuration can serve the load.
     """
     columns, bar, replay = _plan_columns(
-        request_rate,
+        arrival_rate,
         prompt_tokens,
         output_tokens,
         slo_ttft_ms=slo_ttft_ms,
@@ -209,7 +209,7 @@ def plan(
 
 
 def _plan_columns(
-    request_rate: float,
+    arrival_rate: float,
     prompt_tokens: int,
     output_tokens: int,
     *,
@@ -234,7 +234,7 @@ def _plan_columns(
     command line prints them as they are): (the columns of :func:`fleet_columns`; the progress bar,
     still open, where a stage is left; for a trace or ``verify``, the replay's (load, percentile,
     SLOs), else None)."""
-    rate = check_number("request_rate", request_rate, low=0, low_inclusive=False)
+    rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
     prompt = check_int("prompt_tokens", prompt_tokens, low=1, high=MAX_TOKENS)
     output = check_int("output_tokens", output_tokens, low=1, high=MAX_TOKENS)
     slos = {

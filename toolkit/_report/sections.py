@@ -47,7 +47,7 @@ QUEUE_SIM_REQUESTS = 200_000
 
 # The capacity question of notebook 01: Llama-3.1-8B at 3 req/s, 512 tokens in, 128 out, p95 under 5 s.
 FRONTIER_QUESTION = {
-    "request_rate": 3,
+    "arrival_rate": 3,
     "prompt_tokens": 512,
     "output_tokens": 128,
     "slo_e2e_ms": 5000,

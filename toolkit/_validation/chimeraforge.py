@@ -45,7 +45,7 @@ def _ours() -> dict[str, tuple[float, str]]:
         out[claim] = (ttft, f"Mistral-7B q4_k_m on {gpu}, 512 tokens")
 
     question = dict(
-        request_rate=3,
+        arrival_rate=3,
         prompt_tokens=512,
         output_tokens=128,
         slo_e2e_ms=5000,
@@ -71,7 +71,7 @@ def _ours() -> dict[str, tuple[float, str]]:
     out["headline_vllm_p95"] = (float(vllm_smallest["e2e_p95_ms"]), f"{setup}; that plan's e2e p95")
 
     eight = dict(
-        request_rate=1, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, models="Llama-3.1-8B", gpus="RTX 4090"
+        arrival_rate=1, prompt_tokens=512, output_tokens=128, slo_e2e_ms=5000, models="Llama-3.1-8B", gpus="RTX 4090"
     )
     for claim, workload in (("steady_p95_8b_4090", "steady"), ("agent_p95_8b_4090", "agent")):
         best = _cheapest(plan(**eight, workload=workload)).iloc[0]
