@@ -229,8 +229,9 @@ def test_sigkill_after_level_one_then_resume(tmp_path):
     with FaultServer(tokens=8, token_delay_s=0.1) as srv:
         child = _cli("--base-url", srv.base_url, *common, "--max-tokens", "8", "--out", str(out))
         end = time.monotonic() + 60
-        runs = out / "runs.csv"
-        while not (runs.exists() and len(pd.read_csv(runs)) >= 1):
+        # levels.csv is replaced after runs.csv: once it holds level 1, both tables do
+        levels_file = out / "levels.csv"
+        while not (levels_file.exists() and len(pd.read_csv(levels_file)) >= 1):
             assert time.monotonic() < end and child.poll() is None, "level 1 never finished"
             time.sleep(0.02)
         child.send_signal(signal.SIGKILL)

@@ -388,9 +388,9 @@ def test_open_loop_rates_respect_the_cap_and_report_achieved_rate():
     )
 
 
-@pytest.mark.parametrize(("arrival", "cv"), [("poisson", 1.0), ("gamma", 0.5), ("gamma", 2.0)])
-def test_arrival_gaps_have_the_requested_mean_and_variation(arrival, cv):
-    gaps = np.diff(arrival_offsets_s(40_000, 4.0, arrival=arrival, ca2=cv**2, seed=7))
+@pytest.mark.parametrize(("arrivals", "cv"), [("poisson", 1.0), ("gamma", 0.5), ("gamma", 2.0)])
+def test_arrival_gaps_have_the_requested_mean_and_variation(arrivals, cv):
+    gaps = np.diff(arrival_offsets_s(40_000, 4.0, arrivals=arrivals, ca2=cv**2, seed=7))
     # mean gap 1/4 s; sampling error of the mean ~ cv * 0.25 / sqrt(40000) = cv * 0.00125
     assert gaps.mean() == pytest.approx(0.25, abs=5 * cv * 0.00125)
     assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.05)
@@ -523,7 +523,7 @@ def test_probe_names_the_url_when_nothing_answers():
         ({"slots": -1}, "slots"),
         ({"repeats": 1.5}, "repeats"),
         ({"rates": (-1.0,)}, "rates"),
-        ({"rates": (1.0,), "arrival": "uniform"}, "arrival"),
+        ({"rates": (1.0,), "arrivals": "uniform"}, "arrivals"),
         ({"slo_ttft_ms": float("inf")}, "slo_ttft_ms"),
         ({"deadline_s": 0}, "deadline_s"),
         ({"base_url": "localhost:80"}, "base_url"),

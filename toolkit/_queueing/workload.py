@@ -96,7 +96,7 @@ def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurr
     n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
     if arrival_rate is not None:
         rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
-        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrival=arrivals, cv2=burst))
+        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrivals=arrivals, cv2=burst))
     else:
         check_int("concurrency", concurrency, low=1)
         arrival = None

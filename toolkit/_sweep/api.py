@@ -94,8 +94,8 @@ _DOC = """{summary}
         Limit for one request, connection to last byte, in seconds (> 0).
     rates : sequence of float or None
         Open-loop request rates (requests/s, > 0) run instead of ``limits``.
-    arrival : str
-        ``poisson`` or ``gamma`` arrivals for ``rates``.
+    arrivals : str
+        ``poisson`` or ``gamma`` arrivals for ``rates`` (as :func:`toolkit.simulate`'s).
     ca2 : float
         Squared coefficient of variation of gamma inter-arrival gaps (0 < ca2 <= 10,000; 1 is Poisson).
     max_in_flight : int or None
@@ -158,7 +158,7 @@ async def sweep(
     timeout_s: float = 600.0,
     *,
     rates: Sequence[float] | None = None,
-    arrival: str = "poisson",
+    arrivals: str = "poisson",
     ca2: float = 1.0,
     max_in_flight: int | None = None,
     seed: int = 0,
@@ -212,7 +212,7 @@ def run_sweep(
     timeout_s: float = 600.0,
     *,
     rates: Sequence[float] | None = None,
-    arrival: str = "poisson",
+    arrivals: str = "poisson",
     ca2: float = 1.0,
     max_in_flight: int | None = None,
     seed: int = 0,

@@ -57,7 +57,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lanes", type=int, default=8, help="lanes of the built-in set (--local without --prompts)")
     p.add_argument("--limits", type=_ints, default=(1, 2, 4, 8, 16, 32), help="in-flight limits, e.g. 1,2,4,8")
     p.add_argument("--rates", type=_floats, help="open-loop request rates (req/s) instead of --limits, e.g. 0.5,1,2")
-    p.add_argument("--arrival", default="poisson", choices=("poisson", "gamma"), help="open-loop arrival process")
+    p.add_argument(
+        "--arrivals", "--arrival", default="poisson", choices=("poisson", "gamma"), help="open-loop arrival process"
+    )
     p.add_argument(
         "--ca2", type=float, default=1.0, help="gamma arrivals' squared coefficient of variation (1 = Poisson)"
     )
@@ -108,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         resume=args.resume,
         timeout_s=args.timeout_s,
         rates=args.rates,
-        arrival=args.arrival,
+        arrivals=args.arrivals,
         ca2=args.ca2,
         max_in_flight=args.max_in_flight,
         slo_ttft_ms=args.slo_ttft_ms,

@@ -28,7 +28,7 @@ _FINGERPRINT = (
     "prompts_sha256",
     "limits",
     "rates",
-    "arrival",
+    "arrivals",
     "ca2",
     "seed",
     "max_in_flight",
@@ -72,7 +72,7 @@ class _Plan:
     slo_ttft_ms: float | None
     slo_tpot_ms: float | None
     extra_body: dict[str, Any]
-    arrival: str
+    arrivals: str
     ca2: float
     seed: int
     max_in_flight: int | None
@@ -97,10 +97,10 @@ class _Plan:
         n = len(messages)
         closed_loop = a["rates"] is None
         max_in_flight, repeats, limits, rates, keys = _level_keys(a, n)
-        arrival = check_choice("arrival", a["arrival"], ARRIVALS)
+        arrivals = check_choice("arrivals", a["arrivals"], ARRIVALS)
         ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=10_000)
-        if arrival == "poisson" and ca2 != 1.0:
-            raise ValueError(f"ca2 must be 1 for poisson arrivals (use arrival='gamma'), got {ca2!r}")
+        if arrivals == "poisson" and ca2 != 1.0:
+            raise ValueError(f"ca2 must be 1 for poisson arrivals (use arrivals='gamma'), got {ca2!r}")
         for name in ("tag_levels", "resume", "progress"):
             if not isinstance(a[name], bool):
                 raise ValueError(f"{name} must be True or False, got {a[name]!r}")
@@ -140,7 +140,7 @@ class _Plan:
             slo_ttft_ms=_optional_positive("slo_ttft_ms", a["slo_ttft_ms"]),
             slo_tpot_ms=_optional_positive("slo_tpot_ms", a["slo_tpot_ms"]),
             extra_body=dict(extra_body),
-            arrival=arrival,
+            arrivals=arrivals,
             ca2=ca2,
             seed=check_int("seed", a["seed"], low=0, high=2**63 - 1),
             max_in_flight=max_in_flight,
@@ -166,7 +166,7 @@ class _Plan:
             "prompts_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
             "limits": limits,
             "rates": rates,
-            "arrival": self.arrival,
+            "arrivals": self.arrivals,
             "ca2": self.ca2,
             "seed": self.seed,
             "max_in_flight": self.max_in_flight,

@@ -170,7 +170,7 @@ class _Runner:
         if self.plan.closed_loop:
             return [0.0] * n
         seed = self.plan.seed + 1000 * self.plan.levels.index(level)
-        offsets = arrival_offsets_s(n, level.rate_rps, arrival=self.plan.arrival, ca2=self.plan.ca2, seed=seed)
+        offsets = arrival_offsets_s(n, level.rate_rps, arrivals=self.plan.arrivals, ca2=self.plan.ca2, seed=seed)
         return offsets.tolist()
 
     def _row(
