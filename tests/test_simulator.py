@@ -575,3 +575,19 @@ def test_a_closed_loop_spreads_a_fixed_output_length_by_default_and_says_so():
     assert (open_loop.requests["output_tokens"] == 200).all()
     with pytest.raises(ValueError, match="output_cv"):
         simulate("Llama-3.1-8B", "H100 SXM", "bf16", **kwargs, concurrency=8, output_cv=-0.1)
+
+
+def test_requests_beyond_the_model_window_are_refused_as_a_server_would():
+    # Llama 2's context window is 4,096 tokens (Touvron et al., 2023, section 2.2)
+    at_window = simulate("Llama-2-7B", "H100 SXM", "bf16", 3996, 100, 20, arrival_rate=1.0)
+    assert len(at_window.requests) == 20
+    with pytest.raises(ValueError, match=r"<= 4096 \(Llama-2-7B's context window.*20 of 20 requests exceed it"):
+        simulate("Llama-2-7B", "H100 SXM", "bf16", 3997, 100, 20, arrival_rate=1.0)
+    # some of a trace's requests (or a distribution's tail) beyond it: counted, the longest named, and
+    # served all the same, with a warning
+    trace = pd.DataFrame(
+        {"arrival_s": [0.0, 1.0, 2.0], "prompt_tokens": [100, 5000, 4000], "output_tokens": [10, 10, 200]}
+    )
+    with pytest.warns(UserWarning, match="2 of 3 requests exceed it, the longest 5010 tokens; simulated as served"):
+        served = simulate("Llama-2-7B", "H100 SXM", "bf16", None, None, None, trace=trace)
+    assert len(served.requests) == 3

@@ -275,7 +275,13 @@ def test_simulation_reproduces_the_recorded_run(name):
         # recorded with the all-reduce at the NVLink line rate, before issue 17's NCCL share of it (0.82)
         cm = dataclasses.replace(cm, allreduce_gb_s=cm.interconnect_gb_s)
     kwargs["cost"] = _Recorded(cm)
-    result = simulate(**kwargs)
+    if name == "window":
+        # recorded before the context-window check: 3 of its lognormal prompts exceed Gemma-3-270M's
+        # 32,768 tokens, served as before, now with a warning
+        with pytest.warns(UserWarning, match="3 of 6000 requests exceed it"):
+            result = simulate(**kwargs)
+    else:
+        result = simulate(**kwargs)
     s = result.summary.iloc[0]
     digest, e2e_p95, ttft_p95, utilization, throughput, preemptions, e2e_sum = GOLDEN[name]
     got = (s["e2e_p95_s"], s["ttft_p95_s"], s["utilization"], s["throughput_rps"], result.requests["e2e_s"].sum())

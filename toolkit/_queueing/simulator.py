@@ -41,7 +41,7 @@ from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
 from toolkit._queueing.engine import _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
-from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load
+from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load, check_fits
 
 __all__ = ["simulate"]
 
@@ -257,13 +257,7 @@ def simulate(
     cap = getattr(cm, "max_batch", math.inf)
     if cap is not None and math.isfinite(cap):
         batch = min(batch, int(cap))
-    largest = int((prompt + output).max()) + slack
-    if largest > kv_budget:
-        raise ValueError(
-            f"prompt_tokens + output_tokens of a request ({largest - slack}) must fit in the KV budget of "
-            f"{kv_budget} tokens per replica (model, gpu, quant or tensor_parallel too small, or "
-            f"max_num_batched_tokens={token_budget} reserving too much activation memory)"
-        )
+    check_fits(prompt + output, cm, kv_budget - slack, token_budget)
     overhead_s = float(cm.request_overhead_ms) / 1e3
     n = len(prompt)
     order = None if arrival is None else np.argsort(arrival, kind="stable")

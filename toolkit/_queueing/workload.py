@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_TOKENS
+from toolkit._model.resolve import within_window
 from toolkit._queueing.arrivals import ARRIVALS, inter_arrival_gaps_s
 
 __all__: list[str] = []
@@ -77,6 +79,40 @@ def _cached_tokens(trace: pd.DataFrame | None, prompt: np.ndarray) -> np.ndarray
     if not (np.all(cached == np.round(cached)) and np.all(cached >= 0) and np.all(cached < prompt)):
         raise ValueError("trace cached_tokens must all be integers from 0 to prompt_tokens - 1")
     return cached.astype(np.int64)
+
+
+def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, token_budget: int) -> None:
+    """Check every request's ``prompt_tokens + output_tokens`` against the model's context window
+    and ``kv_tokens``, the KV budget of a replica.
+
+    Requests longer than the window, which a server refuses, raise ``ValueError`` when every request
+    is one (lengths given beyond the window) and warn when some are (the tail of a distribution, or
+    of a trace): the simulation then serves them as if the window allowed it.
+    """
+    spec = getattr(cm, "model", None)
+    window = spec.get("max_context", math.nan) if isinstance(spec, dict) else math.nan
+    over = int(np.count_nonzero(~within_window(window, request_tokens)))
+    if over:
+        message = (
+            f"prompt_tokens + output_tokens must be <= {window:.0f} ({spec['name']}'s context window, "
+            f"max_context): {over} of {request_tokens.size} requests exceed it, the longest "
+            f"{int(request_tokens.max())} tokens"
+        )
+        if over == request_tokens.size:
+            raise ValueError(message)
+        warnings.warn(
+            f"{message}; simulated as served, where a server refuses them (cap the distribution or leave "
+            "them out of the trace)",
+            UserWarning,
+            stacklevel=3,
+        )
+    largest = int(request_tokens.max())
+    if largest > kv_tokens:
+        raise ValueError(
+            f"prompt_tokens + output_tokens of a request ({largest}) must fit in the KV budget of "
+            f"{kv_tokens} tokens per replica (model, gpu, quant or tensor_parallel too small, or "
+            f"max_num_batched_tokens={token_budget} reserving too much activation memory)"
+        )
 
 
 def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurrency, arrivals, ca2, trace):
