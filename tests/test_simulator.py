@@ -591,3 +591,9 @@ def test_requests_beyond_the_model_window_are_refused_as_a_server_would():
     with pytest.warns(UserWarning, match="2 of 3 requests exceed it, the longest 5010 tokens; simulated as served"):
         served = simulate("Llama-2-7B", "H100 SXM", "bf16", None, None, None, trace=trace)
     assert len(served.requests) == 3
+
+
+def test_a_model_larger_than_the_gpu_has_a_kv_budget_of_zero():
+    # 70.6 B bf16 parameters are 141 GB against an L4's 24 GB: nothing is left for KV
+    with pytest.raises(ValueError, match=r"\(640\) must fit in the KV budget of 0 tokens per replica"):
+        simulate("Llama-3.1-70B", "L4", "bf16", 512, 128, 10, arrival_rate=1.0)

@@ -257,7 +257,7 @@ def simulate(
     cap = getattr(cm, "max_batch", math.inf)
     if cap is not None and math.isfinite(cap):
         batch = min(batch, int(cap))
-    check_fits(prompt + output, cm, kv_budget - slack, token_budget)
+    check_fits(prompt + output, cm, kv_budget, slack, token_budget)
     overhead_s = float(cm.request_overhead_ms) / 1e3
     n = len(prompt)
     order = None if arrival is None else np.argsort(arrival, kind="stable")

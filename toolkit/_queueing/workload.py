@@ -81,9 +81,9 @@ def _cached_tokens(trace: pd.DataFrame | None, prompt: np.ndarray) -> np.ndarray
     return cached.astype(np.int64)
 
 
-def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, token_budget: int) -> None:
+def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, slack_tokens: int, token_budget: int) -> None:
     """Check every request's ``prompt_tokens + output_tokens`` against the model's context window
-    and ``kv_tokens``, the KV budget of a replica.
+    and ``kv_tokens``, the KV budget of a replica (each request also holds ``slack_tokens`` of paging slack).
 
     Requests longer than the window, which a server refuses, raise ``ValueError`` when every request
     is one (lengths given beyond the window) and warn when some are (the tail of a distribution, or
@@ -107,7 +107,7 @@ def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, token_bud
             stacklevel=3,
         )
     largest = int(request_tokens.max())
-    if largest > kv_tokens:
+    if largest + slack_tokens > kv_tokens:
         raise ValueError(
             f"prompt_tokens + output_tokens of a request ({largest}) must fit in the KV budget of "
             f"{kv_tokens} tokens per replica (model, gpu, quant or tensor_parallel too small, or "
