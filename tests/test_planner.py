@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import gamma
 
+from toolkit import cost_model
 from toolkit import gpus as gpu_catalog
 from toolkit._planning.planner import plan
 from toolkit._queueing.simulator import simulate
@@ -348,6 +349,15 @@ def test_tensor_parallel_only_where_heads_divide_and_the_backend_shards():
     assert set(table["tensor_parallel"]) == {1, 2, 4}
     assert (table.loc[table["backend"].isin(["ollama", "llamacpp"]), "tensor_parallel"] == 1).all()
     assert not table["backend"].isin(["sglang", "tgi"]).any()  # they do not load GGUF
+    # Llama-3.2-3B: 24 attention heads, 8 KV heads. Degree 3 divides the first but splits 8 KV heads
+    # unevenly (and 3 is no multiple of 8), so no engine shards it; 2, 4 and 8 split both
+    small = plan(2, **REQUEST, models="Llama-3.2-3B", gpus="H100 SXM", quants="bf16", tensor_parallel=(2, 3, 4, 8))
+    assert set(small["tensor_parallel"]) == {2, 4, 8}
+    with pytest.raises(ValueError, match="divide, or be a multiple of, its 8 KV heads; got 3"):
+        cost_model("Llama-3.2-3B", "H100 SXM", "bf16", tensor_parallel=3)
+    # Gemma-3-270M has one KV head: at degree 4 each GPU holds a copy of it
+    gemma = cost_model("Gemma-3-270M", "H100 SXM", "bf16", tensor_parallel=4)
+    assert gemma.kv_layer_bytes == cost_model("Gemma-3-270M", "H100 SXM", "bf16").kv_layer_bytes
 
 
 def test_prefix_cache_hits_shorten_ttft():

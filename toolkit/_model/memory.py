@@ -98,11 +98,22 @@ def _seq_kv_bytes(model: dict[str, Any], layer_bytes: float, tokens: np.ndarray,
     return layer_bytes * (full * blocks + windowed * capped)
 
 
+def shards_heads(attention_heads: Any, kv_heads: Any, tensor_parallel: Any) -> Any:
+    """Whether ``tensor_parallel`` GPUs can share a model's heads: each takes an equal share of the
+    attention heads, and of the KV heads, or one KV head replicated on ``tensor_parallel / kv_heads``
+    GPUs (vLLM's QKVParallelLinear splits or replicates KV heads so, and refuses any other degree).
+    Vectorised over all three."""
+    return (attention_heads % tensor_parallel == 0) & (
+        (kv_heads % tensor_parallel == 0) | (tensor_parallel % kv_heads == 0)
+    )
+
+
 def _check_tensor_parallel(model: dict[str, Any], tensor_parallel: object) -> int:
     tp = check_int("tensor_parallel", tensor_parallel, low=1, high=64)
-    if model["attention_heads"] % tp:
+    if not shards_heads(model["attention_heads"], model["kv_heads"], tp):
         raise ValueError(
-            f"tensor_parallel must divide the model's {model['attention_heads']} attention heads, got {tp}"
+            f"tensor_parallel must divide the model's {model['attention_heads']} attention heads and divide, "
+            f"or be a multiple of, its {model['kv_heads']} KV heads; got {tp}"
         )
     return tp
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from toolkit._model.constants import cost_constants
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES, _calibration_mapping, _efficiencies, engine_efficiencies
-from toolkit._model.memory import _max_seqs
+from toolkit._model.memory import _max_seqs, shards_heads
 from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
 from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL, within_window
 from toolkit._model.resolve import _MODEL_FIELDS as _MODEL_SPEC
@@ -211,8 +211,9 @@ def _build_grid(
     shards = np.array([shard for _, shard in known], dtype=bool)
     max_context = np.array([m["max_context"] for m in model_specs])
     heads = np.array([m["attention_heads"] for m in model_specs])
+    kv_heads = np.array([m["kv_heads"] for m in model_specs])
     interconnect = np.array([g["interconnect_gb_s"] for g in gpu_specs])
-    fits = within_window(max_context, context)[mi] & (heads[mi] % tp == 0)
+    fits = within_window(max_context, context)[mi] & shards_heads(heads[mi], kv_heads[mi], tp)
     fits &= (tp == 1) | (interconnect[gi] > 0)
     usable = loads[qi] & ((tp == 1)[:, None] | shards) & fits[:, None]
     # a configuration served by engines whose steps cost differently (GEMMs accumulating in fp16 or

@@ -55,6 +55,6 @@ def no_plan_reason(
     degrees = ", ".join(map(str, tensor_parallel))
     return (
         f"no configuration asked for holds the weights and one {context_tokens:,}-token request: too "
-        f"little GPU memory at tensor parallel {degrees}, or a degree that does not divide a model's "
-        "attention heads or that its backends cannot shard"
+        f"little GPU memory at tensor parallel {degrees}, or a degree that does not split a model's "
+        "attention and KV heads evenly or that its backends cannot shard"
     )
