@@ -182,7 +182,8 @@ def test_percentile_columns_follow_the_argument():
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        ({"arrival_rate": -1.0, "service_time_s": 1.0}, "arrival_rate"),
+        ({"arrival_rate": -1.0, "service_time_s": 1.0}, r"arrival_rate must be \(>= 0\), got -1.0$"),
+        ({"arrival_rate": [1.0, 2.0, -3.0], "service_time_s": 1.0}, r"got -3.0$"),  # the offending element, plainly
         ({"arrival_rate": 1.0, "service_time_s": 0.0}, "service_time_s"),
         ({"arrival_rate": math.inf, "service_time_s": 1.0}, "arrival_rate"),
         ({"arrival_rate": 1.0, "service_time_s": 2.0, "servers": 0}, "servers"),

@@ -86,7 +86,7 @@ def check_array(
     if high is not None:
         bad |= arr > high if high_inclusive else arr >= high
     if bad.any():
-        raise ValueError(f"{name} must be {rng}, got {arr[bad][0]!r}")
+        raise ValueError(f"{name} must be {rng}, got {arr[bad][0].item()!r}")
     return arr
 
 
