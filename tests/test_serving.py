@@ -512,3 +512,11 @@ def test_prompt_or_context_beyond_the_model_window_is_refused_with_the_window():
     # a model spec that states no window is not limited by one
     spec = {k: v for k, v in toolkit.models().set_index("name").loc["Llama-2-7B"].items() if k != "max_context"}
     assert toolkit.ttft_ms({"name": "untitled", **spec}, "H100 SXM", "bf16", 8192) > 0
+
+
+def test_a_bad_value_is_shown_as_the_plain_number_it_is():
+    # numpy scalars and arrays are named by the offending number, not by their repr
+    with pytest.raises(ValueError, match=r"^mbu must be \(> 0 and <= 1\), got 0.0$"):
+        toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", mbu=np.float64(0))
+    with pytest.raises(ValueError, match=r"^prompt_tokens must be finite numbers \(>= 0\), got -1.0$"):
+        toolkit.ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", np.array([10, -1]))

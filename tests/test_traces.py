@@ -137,6 +137,21 @@ def test_bad_arguments_name_the_field(kwargs, field):
         toolkit.load_trace(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "message"),
+    [
+        ("arrival_s", [0.0, 1.0, np.nan], "trace arrival_s must be finite seconds; 1 of 3 are not"),
+        ("prompt_tokens", [5, -2, np.nan], r"trace prompt_tokens must be finite token counts \(>= 0\); 2 of 3"),
+        ("output_tokens", ["a", "b", "c"], "trace output_tokens must be numbers"),
+    ],
+)
+def test_describe_workload_names_a_bad_column(column, values, message):
+    # a NaN arrival once reached numpy's bincount, whose error named neither the trace nor the column
+    trace = pd.DataFrame({"arrival_s": [0.0, 1.0, 3.0], "prompt_tokens": 5, "output_tokens": 2})
+    with pytest.raises(ValueError, match=message):
+        toolkit.describe_workload(trace.assign(**{column: values}))
+
+
 def test_bad_files_are_value_errors(tmp_path):
     missing = tmp_path / "m.csv"
     missing.write_text("arrival_s,prompt_tokens\n0,5\n")

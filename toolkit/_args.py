@@ -26,6 +26,11 @@ def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _shown(value: object) -> object:
+    """``value`` as a message shows it: a numpy scalar as the plain number it holds."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def check_number(
     name: str,
     value: object,
@@ -38,12 +43,12 @@ def check_number(
     """Return ``value`` as a finite float, or raise ``ValueError`` naming ``name`` and the range."""
     rng = _describe(low, high, low_inclusive, high_inclusive)
     if not _is_number(value) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+        raise ValueError(f"{name} must be a finite number {rng}, got {_shown(value)!r}")
     x = float(value)
     if low is not None and (x < low or (x == low and not low_inclusive)):
-        raise ValueError(f"{name} must be {rng}, got {value!r}")
+        raise ValueError(f"{name} must be {rng}, got {_shown(value)!r}")
     if high is not None and (x > high or (x == high and not high_inclusive)):
-        raise ValueError(f"{name} must be {rng}, got {value!r}")
+        raise ValueError(f"{name} must be {rng}, got {_shown(value)!r}")
     return x
 
 
@@ -54,10 +59,10 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         if _is_number(value) and math.isfinite(float(value)) and float(value).is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{name} must be an integer {rng}, got {value!r}")
+            raise ValueError(f"{name} must be an integer {rng}, got {_shown(value)!r}")
     x = int(value)
     if (low is not None and x < low) or (high is not None and x > high):
-        raise ValueError(f"{name} must be an integer {rng}, got {value!r}")
+        raise ValueError(f"{name} must be an integer {rng}, got {_shown(value)!r}")
     return x
 
 

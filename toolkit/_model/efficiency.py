@@ -129,6 +129,7 @@ def _nonneg(name: str, value: object) -> np.ndarray:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be numbers (>= 0), got {value!r}") from None
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"{name} must be finite numbers (>= 0), got {value!r}")
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        raise ValueError(f"{name} must be finite numbers (>= 0), got {arr[bad].flat[0].item()!r}")
     return arr

@@ -48,6 +48,19 @@ class WorkloadDescription:
     per_minute: pd.DataFrame
 
 
+def _column(trace: pd.DataFrame, name: str) -> np.ndarray:
+    """A trace column as floats: finite, and for token counts not negative, or a ValueError naming it."""
+    try:
+        values = trace[name].to_numpy(dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"trace {name} must be numbers") from None
+    bad = ~np.isfinite(values) if name == "arrival_s" else ~(values >= 0) | np.isinf(values)
+    if bad.any():
+        kind = "seconds" if name == "arrival_s" else "token counts (>= 0)"
+        raise ValueError(f"trace {name} must be finite {kind}; {int(bad.sum())} of {values.size} are not")
+    return values
+
+
 def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_WINDOWS_S) -> WorkloadDescription:
     """Describe a trace frame (:func:`toolkit.load_trace`) as a capacity planner needs it.
 
@@ -72,11 +85,10 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
     windows = list(check_array("windows_s", windows_s, low=0, low_inclusive=False, high=1e9))
     if not windows:
         raise ValueError("windows_s must name at least one window (seconds, > 0)")
-    arrival = np.sort(trace["arrival_s"].to_numpy(dtype=float))
+    arrival, prompt, output = (_column(trace, name) for name in ("arrival_s", "prompt_tokens", "output_tokens"))
+    arrival = np.sort(arrival)
     duration = float(arrival[-1] - arrival[0])
     gaps = np.diff(arrival)
-    prompt = trace["prompt_tokens"].to_numpy(dtype=float)
-    output = trace["output_tokens"].to_numpy(dtype=float)
     per_minute = _per_minute(arrival)
     summary = {
         "requests": len(arrival),
