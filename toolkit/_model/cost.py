@@ -234,9 +234,12 @@ class CostModel:
         """Raise ``ValueError`` naming ``name`` when any of ``tokens`` exceeds the model's context window
         (``max_context``; no check where the model does not state one)."""
         window = self.model["max_context"]
-        if not np.all(within_window(window, tokens)):
+        fits = np.asarray(within_window(window, tokens))
+        if not fits.all():
+            longest = np.asarray(tokens, dtype=float)[~fits].max()
             raise ValueError(
-                f"{name} must be <= {window:.0f} ({self.model['name']}'s context window, max_context), got {tokens!r}"
+                f"{name} must be <= {window:.0f} ({self.model['name']}'s context window, max_context), "
+                f"got {longest:.0f}"
             )
 
     def max_concurrent_seqs(self, context_tokens: object) -> int | np.ndarray:
