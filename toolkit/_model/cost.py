@@ -16,7 +16,7 @@ import numpy as np
 from toolkit._args import check_array
 from toolkit._model.efficiency import _SCALARS, _nonneg
 from toolkit._model.memory import _max_seqs
-from toolkit._model.resolve import within_window
+from toolkit._model.resolve import window_message, within_window
 from toolkit._model.terms import combine, step_parts, step_time, ttft_time
 
 __all__ = ["CostModel"]
@@ -237,10 +237,7 @@ class CostModel:
         fits = np.asarray(within_window(window, tokens))
         if not fits.all():
             longest = np.asarray(tokens, dtype=float)[~fits].max()
-            raise ValueError(
-                f"{name} must be <= {window:.0f} ({self.model['name']}'s context window, max_context), "
-                f"got {longest:.0f}"
-            )
+            raise ValueError(f"{window_message(self.model, name)}, got {longest:.0f}")
 
     def max_concurrent_seqs(self, context_tokens: object) -> int | np.ndarray:
         """KV-bound number of sequences of ``context_tokens`` tokens the KV budget holds (whole blocks).

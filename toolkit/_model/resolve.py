@@ -66,6 +66,11 @@ def within_window(max_context: object, tokens: object) -> bool | np.ndarray:
     return bool(fits) if fits.ndim == 0 else fits
 
 
+def window_message(model: Mapping[str, Any], name: str) -> str:
+    """The opening of the error for ``name`` beyond ``model``'s context window (``max_context``)."""
+    return f"{name} must be <= {model['max_context']:.0f} ({model['name']}'s context window, max_context)"
+
+
 _QUANT_FIELDS = {"name": "str", "bits_per_weight": "pos"}
 
 

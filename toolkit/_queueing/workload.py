@@ -10,7 +10,7 @@ import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_TOKENS
-from toolkit._model.resolve import within_window
+from toolkit._model.resolve import window_message, within_window
 from toolkit._queueing.arrivals import ARRIVALS, inter_arrival_gaps_s
 
 __all__: list[str] = []
@@ -91,12 +91,12 @@ def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, slack_tok
     """
     spec = getattr(cm, "model", None)
     window = spec.get("max_context", math.nan) if isinstance(spec, dict) else math.nan
+    largest = int(request_tokens.max())
     over = int(np.count_nonzero(~within_window(window, request_tokens)))
     if over:
         message = (
-            f"prompt_tokens + output_tokens must be <= {window:.0f} ({spec['name']}'s context window, "
-            f"max_context): {over} of {request_tokens.size} requests exceed it, the longest "
-            f"{int(request_tokens.max())} tokens"
+            f"{window_message(spec, 'prompt_tokens + output_tokens')}: {over} of {request_tokens.size} "
+            f"requests exceed it, the longest {largest} tokens"
         )
         if over == request_tokens.size:
             raise ValueError(message)
@@ -106,7 +106,6 @@ def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, slack_tok
             UserWarning,
             stacklevel=3,
         )
-    largest = int(request_tokens.max())
     if largest + slack_tokens > kv_tokens:
         raise ValueError(
             f"prompt_tokens + output_tokens of a request ({largest}) must fit in the KV budget of "

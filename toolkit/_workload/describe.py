@@ -54,9 +54,10 @@ def _column(trace: pd.DataFrame, name: str) -> np.ndarray:
         values = trace[name].to_numpy(dtype=float)
     except (TypeError, ValueError):
         raise ValueError(f"trace {name} must be numbers") from None
-    bad = ~np.isfinite(values) if name == "arrival_s" else ~(values >= 0) | np.isinf(values)
+    tokens = name != "arrival_s"
+    bad = ~np.isfinite(values) | (tokens & (values < 0))
     if bad.any():
-        kind = "seconds" if name == "arrival_s" else "token counts (>= 0)"
+        kind = "token counts (>= 0)" if tokens else "seconds"
         raise ValueError(f"trace {name} must be finite {kind}; {int(bad.sum())} of {values.size} are not")
     return values
 
