@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -86,6 +87,12 @@ def test_values_and_conditions_are_well_formed(table):
 def test_split_is_roughly_half(table):
     holdout = (table["split"] == "holdout").mean()
     assert 0.4 < holdout < 0.6
+
+
+def test_split_is_the_seeded_draw_in_file_order(table):
+    # the header's rule: no row was placed in either half by hand, and appending rows moves none
+    u = np.random.default_rng(17).random(len(table))
+    assert list(table["split"]) == list(np.where(u < 0.5, "holdout", "dev"))
 
 
 def test_requests_are_those_the_source_quotes(table):
