@@ -521,3 +521,6 @@ def test_a_bad_value_is_shown_as_the_plain_number_it_is():
         toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", mbu=np.float64(0))
     with pytest.raises(ValueError, match=r"^prompt_tokens must be finite numbers \(>= 0\), got -1.0$"):
         toolkit.ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", np.array([10, -1]))
+    # a non-finite element is named the same way, whichever check meets it
+    with pytest.raises(ValueError, match=r"^batch_sizes must be finite numbers \(>= 1 and <= 1e\+06\), got nan$"):
+        toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1024, batch_sizes=np.array([1.0, np.nan]))

@@ -83,8 +83,9 @@ def check_array(
         raise ValueError(f"{name} must be numbers {rng}, got {value!r}") from None
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite numbers {rng}, got {value!r}")
+    finite = np.isfinite(arr)
+    if not finite.all():
+        raise ValueError(f"{name} must be finite numbers {rng}, got {arr[~finite][0].item()!r}")
     bad = np.zeros(arr.shape, dtype=bool)
     if low is not None:
         bad |= arr < low if low_inclusive else arr <= low
