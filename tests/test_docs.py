@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,30 @@ def test_the_docs_build_reads_nothing_from_the_network():
     assert "sphinx.ext.intersphinx" not in conf
     assert 'nb_execution_mode = "off"' in conf
     assert "nb_ipywidgets_js = {}" in conf  # MyST-NB would otherwise load widget scripts from a CDN
+
+
+# the repository's fixed layout: what a newcomer finds at the top level
+TOP_LEVEL = {
+    ".ci",
+    ".gitignore",
+    "CHANGELOG.md",
+    "LICENSE",
+    "Makefile",
+    "README.md",
+    "data",
+    "docs",
+    "environment.yml",
+    "notebooks",
+    "pyproject.toml",
+    "reports",
+    "setup.py",  # the mypyc build of the event loop
+    "tests",
+    "toolkit",
+}
+
+
+def test_the_top_level_keeps_the_fixed_layout():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert {line.split("/")[0] for line in tracked.splitlines()} <= TOP_LEVEL
