@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
 	-DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
 
-.PHONY: report test bench install chromium clean
+.PHONY: report test bench docs install chromium clean
 
 install: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py toolkit/_queueing/compiled.txt $(COMPILED)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) \
-		$(PY) -m pip install -e '.[test,server,notebooks,bench,dask]'
+		$(PY) -m pip install -e '.[test,server,notebooks,bench,dask,docs]'
 	@touch $@
 
 # Headless Chromium for the JupyterLab test and the notebook screenshots: Debian's package, installed
@@ -42,9 +42,16 @@ test: $(STAMP) chromium
 	$(VENV)/bin/ruff check toolkit tests
 	$(VENV)/bin/ruff format --check toolkit tests
 	$(PY) -m pytest
+	$(MAKE) docs
+
+# The documentation site, offline (no intersphinx, no CDN): warnings are errors. The notebooks are
+# rendered from the executed copies in reports/example/notebooks/, never re-run.
+docs: $(STAMP)
+	rm -rf docs/generated
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(STAMP)
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/generated

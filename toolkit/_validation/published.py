@@ -278,7 +278,7 @@ def accuracy_against_published(
 
 
 def accuracy_summary(accuracy: pd.DataFrame) -> pd.DataFrame:
-    """Median |error| overall and per family, p90 TTFT |error| and row counts, per split.
+    """Median ``|error|`` overall and per family, p90 TTFT ``|error|`` and row counts, per split.
 
     Rows without a prediction and rows below the physical floor are left out (and counted).
 
