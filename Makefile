@@ -41,8 +41,8 @@ report: $(STAMP) chromium
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff check toolkit tests
 	$(VENV)/bin/ruff format --check toolkit tests
-	$(PY) -m pytest
 	$(MAKE) docs
+	$(PY) -m pytest
 
 # The documentation site, offline (no intersphinx, no CDN): warnings are errors. The notebooks are
 # rendered from the executed copies in reports/example/notebooks/, never re-run.
