@@ -156,7 +156,7 @@ def simulate(
         ``arrivals="gamma"``.
     trace : pandas.DataFrame, optional
         Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``,
-        ``output_tokens`` (integers, 1 to 10**9); one request per row. An optional
+        ``output_tokens`` (integers, 1 to 10**9); one request per row, at most 10**7. An optional
         ``cached_tokens`` column (0 to ``prompt_tokens - 1``) gives the prompt tokens the server
         finds in its cache: they hold KV and are attended to but never prefilled (a preempted
         request finds them again).

@@ -59,6 +59,8 @@ def token_counts(name: str, values: np.ndarray) -> np.ndarray:
 def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not isinstance(trace, pd.DataFrame) or len(trace) == 0:
         raise ValueError("trace must be a non-empty DataFrame with arrival_s, prompt_tokens, output_tokens")
+    if len(trace) > MAX_REQUESTS:
+        raise ValueError(f"trace must have at most {MAX_REQUESTS:.0e} requests (as num_requests), got {len(trace)}")
     missing = {"arrival_s", "prompt_tokens", "output_tokens"} - set(trace.columns)
     if missing:
         raise ValueError(f"trace is missing columns {sorted(missing)}")
