@@ -21,7 +21,7 @@ __all__: list[str] = []
 
 ARRIVALS = ("poisson", "gamma")
 # The largest squared coefficient of variation accepted: production traces reach a few hundred
-# (the Azure 2023 code trace: 173), and a run then needs about 25 x ca2 requests to show its rate.
+# (the shipped Azure code-completion trace: 173), and a run then needs about 25 x ca2 requests to show its rate.
 MAX_CA2 = 10_000.0
 # A run whose realised rate spreads by more than this share of the mean (sqrt(ca2 / n)) is warned of.
 RATE_SPREAD = 0.2
