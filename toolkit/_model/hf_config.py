@@ -109,8 +109,11 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
     Raises
     ------
     ValueError
-        If the file cannot be read as a JSON object, ``model_type`` is not supported, or a field
-        the architecture needs is missing or out of range (the message names the field).
+        If the file is not a regular file of at most 16 MiB holding a JSON object, ``model_type``
+        is not supported, or a field the architecture needs is missing, of the wrong type or out of
+        range (the message names the field; every size field has an upper bound, e.g. at most 10,000
+        layers; a boolean may be true, false or those words as strings). A message about a file
+        starts with its path.
     """
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name must be a non-empty string or None, got {name!r}")
