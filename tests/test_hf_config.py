@@ -374,7 +374,7 @@ def test_a_path_to_the_file_or_its_directory(tmp_path):
     ("change", "words"),
     [
         ({"hidden_size": None}, "missing the field 'hidden_size'"),
-        ({"num_hidden_layers": 0}, r"'num_hidden_layers' must be an integer \(>= 1\)"),
+        ({"num_hidden_layers": 0}, r"'num_hidden_layers' must be an integer \(>= 1 and <= 10000\)"),
         ({"num_key_value_heads": 5}, "'num_key_value_heads' must divide"),
         ({"vocab_size": 1.5}, "'vocab_size' must be an integer"),
         ({"model_type": "deepseek_v2"}, "'model_type' must be one of"),

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
+from toolkit._calibration.outliers import OUTLIER_Z, cell_labels, screen
 from toolkit._calibration.reference import combined_se, reference_rel_se
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
@@ -50,6 +52,7 @@ def calibrate(
     bounds: Mapping[str, tuple[float, float]] | None = None,
     prefill_breaks: Sequence[int] = (),
     prefill_start_breaks: Sequence[int] = (),
+    robust: bool = False,
 ) -> pd.DataFrame:
     """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
 
@@ -98,6 +101,9 @@ def calibrate(
         :func:`toolkit.simulate` (llama-server with context checkpoints: the start of the last user
         message, ``SCHEDULING``); each observation's own ``cached_tokens`` say whether its prefill
         crosses one.
+    robust : bool
+        Fit without the cells flagged as outliers (weight 0; see :mod:`toolkit._calibration.outliers`)
+        instead of with every cell. Either way the flagged cells are named, with a warning.
 
     Returns
     -------
@@ -117,8 +123,13 @@ def calibrate(
         identified: fitted to a bound, held at that bound; fit standard error above 25% of the value,
         or none, held at its default) and
         ``held_reason``; ``condition_number`` (of the Jacobian scaled by the parameters) and
-        ``max_abs_correlation`` (between two fitted parameters); ``model``, ``gpu``, ``quant``,
-        ``tensor_parallel``, ``kv_dtype``.
+        ``max_abs_correlation`` (between two fitted parameters); ``outlier_cells`` (the cells whose
+        mean residual lies more than 5 standard deviations from the others', ``; ``-separated, judged
+        on the robust fit) and ``robust``; ``model``, ``gpu``, ``quant``, ``tensor_parallel``,
+        ``kv_dtype``. ``attrs["cell_residuals"]``: columns of a table, one row per cell (a profile's design point and
+        kind, a sweep's level and kind) with ``observations``, ``residual_mean`` and ``residual_se``
+        (relative residual at the robust fit), ``z`` (its standardized residual), ``outlier`` and
+        ``weight`` (0 where the robust fit leaves the cell out).
     """
     fit = (_fit.PROFILE_FIT if is_profile(lanes_or_levels) else _fit.DEFAULT_FIT) if fit is None else tuple(fit)
     if not fit:
@@ -147,7 +158,31 @@ def calibrate(
     def build(**params):
         return cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, **params)
 
-    result, held = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
+    if not isinstance(robust, bool):
+        raise ValueError(f"robust must be True or False, got {robust!r}")
+    first = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
+    labels = cell_labels(obs)
+    (result, held), cells = screen(
+        labels,
+        first,
+        lambda kept: _identified_fit(obs[kept].reset_index(drop=True), build, defaults, fit, limits, breaks, starts),
+        lambda params: _fit.residuals_at(obs, build(**params), breaks, starts)["residuals"],
+    )
+    outliers = cells[cells["outlier"]]
+    flagged = outliers["cell"].tolist()
+    if flagged:
+        detail = ", ".join(f"{c} {m:+.0%}" for c, m in zip(flagged, outliers["residual_mean"], strict=True))
+        action = (
+            "the fit leaves them out" if robust else "they pull the fit; calibrate(..., robust=True) leaves them out"
+        )
+        warnings.warn(
+            f"calibrate: {len(flagged)} cell(s) lie more than {OUTLIER_Z:g} standard deviations from the "
+            f"others (mean relative residual {detail}): {action}",
+            UserWarning,
+            stacklevel=2,
+        )
+    if not robust:
+        result, held = first
     row: dict[str, object] = dict(result.get("params", defaults))
     fit_se = {name: result["se"].get(name, np.nan) for name in _fit.PARAMETERS}
     rel = reference_rel_se(base)
@@ -167,6 +202,8 @@ def calibrate(
     row["max_abs_correlation"] = result["max_abs_correlation"]
     row["prefill_breaks"] = ",".join(map(str, breaks))
     row["prefill_start_breaks"] = ",".join(map(str, starts))
+    row["outlier_cells"] = "; ".join(flagged)
+    row["robust"] = robust
     row.update(
         {
             "model": base.model["name"],
@@ -176,7 +213,9 @@ def calibrate(
             "kv_dtype": base.kv_dtype["name"],
         }
     )
-    return pd.DataFrame([row])
+    out = pd.DataFrame([row])
+    out.attrs["cell_residuals"] = cells.to_dict("list")  # columns: frames in attrs break pd.concat
+    return out
 
 
 def _identified_fit(

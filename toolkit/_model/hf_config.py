@@ -24,9 +24,28 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._args import check_int
+from toolkit._files import read_user_text
 from toolkit._model.resolve import resolve_model
 
 __all__ = ["model_from_hf_config"]
+
+# A config.json is a few kilobytes; a larger file is not one.
+MAX_CONFIG_BYTES = 16 * 2**20
+# Upper bounds of the size fields, far above any published model (the largest have under 200
+# layers, hidden sizes under 32k, vocabularies under 300k, a few hundred experts and contexts of
+# 10M tokens): a larger value is a broken config, and the count of layers sizes lists.
+_LAYERS, _COUNT, _WIDTH = 10_000, 2**16, 2**22
+_BOUNDS = {
+    **dict.fromkeys(
+        ("num_hidden_layers", "decoder_sparse_step", "moe_layer_freq", "max_window_layers", "sliding_window_pattern"),
+        _LAYERS,
+    ),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "head_dim", "num_experts_per_tok"), _COUNT),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), _COUNT),
+    **dict.fromkeys(("intermediate_size", "moe_intermediate_size"), _WIDTH),
+    **{"hidden_size": 2**20, "vocab_size": 2**24, "max_position_embeddings": 2**30, "sliding_window": 2**30},
+}
+_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
 
 _QWEN = {"tie_word_embeddings": False, "use_sliding_window": False, "max_window_layers": 28}
 
@@ -90,16 +109,31 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
     Raises
     ------
     ValueError
-        If the file cannot be read as a JSON object, ``model_type`` is not supported, or a field
-        the architecture needs is missing or out of range (the message names the field).
+        If the file is not a regular file of at most 16 MiB holding a JSON object, ``model_type``
+        is not supported, or a field the architecture needs is missing, of the wrong type or out of
+        range (the message names the field; every size field has an upper bound, e.g. at most 10,000
+        layers; a boolean may be true, false or those words as strings). A message about a file
+        starts with its path.
     """
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name must be a non-empty string or None, got {name!r}")
     raw, where = _load(path_or_dict)
+    try:
+        return _spec(raw, where, name)
+    except ValueError as exc:
+        if isinstance(path_or_dict, Mapping):
+            raise
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _spec(raw: Mapping[str, Any], where: str, name: str | None) -> dict[str, Any]:
+    """The model spec of the parsed config ``raw`` read from ``where``."""
     config = raw.get("text_config") or raw
     if not isinstance(config, Mapping):
         raise ValueError(f"config 'text_config' must be a JSON object, got {config!r}")
     model_type = config.get("model_type", raw.get("model_type"))
+    if not isinstance(model_type, str):
+        model_type = repr(model_type)  # unhashable JSON (a list, an object) is refused by name below
     if model_type == "gemma3":
         model_type = "gemma3_text"
     if model_type not in _FAMILIES:
@@ -108,6 +142,7 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
     norms, qk_norm, qkv_bias, defaults = _FAMILIES[model_type]
     # a null field takes the class default, as in transformers, except a null window: no window
     cfg = {**defaults, **{k: v for k, v in config.items() if v is not None or k == "sliding_window"}}
+    cfg.update({flag: _flag(cfg, flag) for flag in _FLAGS if flag in cfg})
 
     hidden = _field(cfg, "hidden_size")
     layers = _field(cfg, "num_hidden_layers")
@@ -117,13 +152,13 @@ def model_from_hf_config(path_or_dict: str | Path | Mapping[str, Any], *, name: 
         raise ValueError(f"config 'num_key_value_heads' must divide num_attention_heads ({heads}), got {kv_heads}")
     head_dim = _field(cfg, "head_dim", default=hidden // heads)
     vocab = _field(cfg, "vocab_size")
-    tied = bool(cfg.get("tie_word_embeddings", True))
+    tied = cfg.get("tie_word_embeddings", True)
 
-    attention_bias = bool(cfg.get("attention_bias", False))
+    attention_bias = cfg.get("attention_bias", False)
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     attention += (heads + 2 * kv_heads) * head_dim * (qkv_bias or attention_bias) + hidden * attention_bias
     per_layer = attention + norms * hidden + 2 * head_dim * qk_norm
-    mlp_bias = bool(cfg.get("mlp_bias", False))
+    mlp_bias = cfg.get("mlp_bias", False)
 
     experts, top_k, expert_width, moe_layers, shared_mlp = _moe(cfg, model_type, hidden, layers)
     dense_layers = layers - len(moe_layers)
@@ -169,10 +204,13 @@ def _load(path_or_dict: object) -> tuple[Mapping[str, Any], str]:
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"
+    text = read_user_text("path_or_dict", path, max_bytes=MAX_CONFIG_BYTES)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ValueError(f"path_or_dict {str(path)!r} is not a readable config.json ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"path_or_dict {str(path)!r} nests JSON deeper than the parser allows") from None
     if not isinstance(raw, dict):
         raise ValueError(f"path_or_dict {str(path)!r} must hold a JSON object, got {type(raw).__name__}")
     return raw, str(path)
@@ -193,7 +231,17 @@ def _field(cfg: Mapping[str, Any], field: str, *, default: Any = None) -> Any:
         if default is None:
             raise ValueError(f"config is missing the field {field!r}")
         return default
-    return check_int(f"config {field!r}", value, low=1)
+    return check_int(f"config {field!r}", value, low=1, high=_BOUNDS[field])
+
+
+def _flag(cfg: Mapping[str, Any], field: str) -> bool:
+    """A boolean field: JSON true or false, or the string "true" or "false" in any case."""
+    value = cfg[field]
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(f"config {field!r} must be true or false, got {value!r}")
+    return value
 
 
 def _mlp(hidden: int, width: int, bias: bool) -> int:
@@ -210,17 +258,20 @@ def _moe(cfg: Mapping[str, Any], model_type: str, hidden: int, layers: int) -> t
     elif model_type in ("qwen2_moe", "qwen3_moe"):
         experts, key, width_key = _field(cfg, "num_experts"), "num_experts_per_tok", "moe_intermediate_size"
         step = _field(cfg, "decoder_sparse_step", default=1)
-        dense = set(cfg.get("mlp_only_layers") or [])
+        dense = cfg.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+            raise ValueError(f"config 'mlp_only_layers' must list layer indices, got {dense!r}")
+        dense = set(dense)
         moe_layers = [i for i in range(layers) if (i + 1) % step == 0 and i not in dense]
         shared_width = cfg.get("shared_expert_intermediate_size") or 0
-        shared_width = check_int("config 'shared_expert_intermediate_size'", shared_width, low=0)
+        shared_width = check_int("config 'shared_expert_intermediate_size'", shared_width, low=0, high=_WIDTH)
         shared = _mlp(hidden, shared_width, False) + hidden if shared_width else 0  # and its sigmoid gate
     elif model_type == "deepseek":
         experts, key, width_key = _field(cfg, "n_routed_experts"), "num_experts_per_tok", "moe_intermediate_size"
-        first = check_int("config 'first_k_dense_replace'", cfg.get("first_k_dense_replace", 0), low=0)
+        first = check_int("config 'first_k_dense_replace'", cfg.get("first_k_dense_replace", 0), low=0, high=_LAYERS)
         every = _field(cfg, "moe_layer_freq", default=1)
         moe_layers = [i for i in range(layers) if i >= first and i % every == 0]
-        n_shared = check_int("config 'n_shared_experts'", cfg.get("n_shared_experts") or 0, low=0)
+        n_shared = check_int("config 'n_shared_experts'", cfg.get("n_shared_experts") or 0, low=0, high=_COUNT)
         shared = _mlp(hidden, n_shared * _field(cfg, width_key), False)
     else:
         return 0, 0, 0, [], 0
@@ -238,18 +289,18 @@ def _sliding(cfg: Mapping[str, Any], model_type: str, layers: int) -> tuple[floa
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
             raise ValueError(f"config 'layer_types' must list the {layers} layers, got {types!r}")
-        unknown = set(types) - {"sliding_attention", "full_attention"}
+        unknown = [t for t in types if t not in ("sliding_attention", "full_attention")]
         if unknown:
-            raise ValueError(f"config 'layer_types' may hold sliding_attention and full_attention, got {unknown}")
+            raise ValueError(f"config 'layer_types' may hold sliding_attention and full_attention, got {unknown[0]!r}")
         count = types.count("sliding_attention")
     elif model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        first = check_int("config 'max_window_layers'", cfg["max_window_layers"], low=0)
+        first = check_int("config 'max_window_layers'", cfg["max_window_layers"], low=0, high=_LAYERS)
         count = max(layers - first, 0) if cfg["use_sliding_window"] else 0
     elif model_type == "gemma2":
         count = (layers + 1) // 2  # layers 0, 2, 4 ... are local
     elif model_type == "gemma3_text":
         pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
-        pattern = check_int("config 'sliding_window_pattern'", pattern, low=1)
+        pattern = check_int("config 'sliding_window_pattern'", pattern, low=1, high=_LAYERS)
         count = layers - layers // pattern  # every pattern-th layer is global
     elif model_type in ("mistral", "mixtral"):
         count = layers if cfg.get("sliding_window") is not None else 0

@@ -247,7 +247,8 @@ def memory(
         One row: ``model``, ``gpu``, ``quant``, ``kv_dtype``, ``backend``, ``context_tokens``,
         ``tensor_parallel``, ``gpu_memory_utilization``, ``memory_gb`` (capacity of one GPU),
         ``usable_gb`` (what the engine takes: weights, activations, runtime and KV), ``weights_gb``,
-        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes),
+        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes; the budget is
+        0, and ``fits`` False, where weights, activations and runtime take all the usable memory),
         ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks), ``kv_budget_tokens``
         (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs`` (KV-bound), ``fits`` (at
         least one sequence fits and ``context_tokens`` is within the model's maximum context).
@@ -307,7 +308,7 @@ def memory(
                 "weights_gb": budget["weights"] / 1e9,
                 "activation_gb": budget["activation"] / 1e9,
                 "reserved_gb": budget["reserved"] / 1e9,
-                "kv_budget_gb": budget["kv_budget"] / 1e9,
+                "kv_budget_gb": max(budget["kv_budget"], 0.0) / 1e9,
                 "kv_gb_per_seq": seq_bytes / 1e9,
                 "kv_budget_tokens": _kv_budget_tokens(spec_model, budget, block),
                 "max_concurrent_seqs": max_seqs,

@@ -152,11 +152,11 @@ def simulate(
         Open-loop inter-arrival distribution: exponential, or gamma with squared coefficient of
         variation ``ca2``.
     ca2 : float
-        cv^2 of gamma inter-arrival times (> 0; 1 is Poisson, larger is burstier). Only with
-        ``arrivals="gamma"``.
+        cv^2 of gamma inter-arrival times (> 0 and at most 10,000; 1 is Poisson, larger is burstier;
+        under 25 x ca2 requests warn that the run's rate spreads). Only with ``arrivals="gamma"``.
     trace : pandas.DataFrame, optional
         Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``,
-        ``output_tokens`` (integers, 1 to 10**9); one request per row. An optional
+        ``output_tokens`` (integers, 1 to 10**9); one request per row, at most 10**7. An optional
         ``cached_tokens`` column (0 to ``prompt_tokens - 1``) gives the prompt tokens the server
         finds in its cache: they hold KV and are attended to but never prefilled (a preempted
         request finds them again).

@@ -11,7 +11,7 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.resolve import window_message, within_window
-from toolkit._queueing.arrivals import ARRIVALS, inter_arrival_gaps_s
+from toolkit._queueing.arrivals import ARRIVALS, MAX_CA2, check_burst, inter_arrival_gaps_s
 
 __all__: list[str] = []
 
@@ -59,6 +59,8 @@ def token_counts(name: str, values: np.ndarray) -> np.ndarray:
 def _trace_columns(trace: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not isinstance(trace, pd.DataFrame) or len(trace) == 0:
         raise ValueError("trace must be a non-empty DataFrame with arrival_s, prompt_tokens, output_tokens")
+    if len(trace) > MAX_REQUESTS:
+        raise ValueError(f"trace must have at most {MAX_REQUESTS:.0e} requests (as num_requests), got {len(trace)}")
     missing = {"arrival_s", "prompt_tokens", "output_tokens"} - set(trace.columns)
     if missing:
         raise ValueError(f"trace is missing columns {sorted(missing)}")
@@ -120,7 +122,7 @@ def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurr
     if sum(given) != 1:
         raise ValueError("give exactly one of arrival_rate (open loop), concurrency (closed loop) or trace")
     check_choice("arrivals", arrivals, ARRIVALS)
-    burst = check_number("ca2", ca2, low=0, low_inclusive=False)
+    burst = check_number("ca2", ca2, low=0, low_inclusive=False, high=MAX_CA2)
     if arrivals == "poisson" and burst != 1.0:
         raise ValueError("ca2 applies to arrivals='gamma' only (Poisson inter-arrivals have cv^2 = 1)")
     if trace is not None:
@@ -131,7 +133,9 @@ def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurr
     n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
     if arrival_rate is not None:
         rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
-        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrivals=arrivals, cv2=burst))
+        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrivals=arrivals, ca2=burst))
+        if arrivals == "gamma":
+            check_burst(n, rate, burst, n / arrival[-1] if arrival[-1] > 0 else np.inf)
     else:
         check_int("concurrency", concurrency, low=1)
         arrival = None

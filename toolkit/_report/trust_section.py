@@ -68,6 +68,15 @@ def _parameters(calibration: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _outlier_sentence(row: pd.Series) -> str:
+    """A sentence naming the cells the fit flags as outliers, or '' when it flags none."""
+    cells = str(row.get("outlier_cells") or "")
+    if not cells:
+        return ""
+    kept = "left out of" if row.get("robust") else "kept in"
+    return f" Cells far off the fit (over 5 standard deviations from the others), {kept} it: {html.escape(cells)}."
+
+
 def _trust_section(check, run: _Run, out: Path) -> _Section:
     cells = profile_cells(run.profile)
     run.profile.to_csv(out / "profile.csv", index=False)
@@ -95,7 +104,7 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         " mfu include the uncertainty of the host's measured bandwidth and matrix rate, of which they"
         " are shares (the spread of its samples over the run); fit_standard_error is the fit's alone."
         f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
-        f" parameters {row['max_abs_correlation']:.2f}.</p>"
+        f" parameters {row['max_abs_correlation']:.2f}.{_outlier_sentence(row)}</p>"
         + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)
     )
     check.cell_fit.to_csv(out / "profile_fit.csv", index=False)

@@ -22,6 +22,9 @@ from toolkit._queueing.closed_forms import workload_presets
 __all__ = ["WorkloadDescription", "describe_workload"]
 
 DEFAULT_WINDOWS_S = (1.0, 10.0, 60.0, 600.0)
+# The per-minute counts hold a row per minute of the trace: this span (about 116 days) bounds them,
+# far beyond any production trace published (hours to weeks).
+MAX_SPAN_S = 1e7
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
     Parameters
     ----------
     trace : pandas.DataFrame
-        Columns ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least two rows.
+        Columns ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least two rows, spanning
+        at most 1e7 s.
     windows_s : sequence of float
         Window lengths (s, > 0 and at most 1e9) of the index of dispersion; windows longer than the
         trace are left out.
@@ -89,6 +93,8 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
     arrival, prompt, output = (_column(trace, name) for name in ("arrival_s", "prompt_tokens", "output_tokens"))
     arrival = np.sort(arrival)
     duration = float(arrival[-1] - arrival[0])
+    if duration > MAX_SPAN_S:
+        raise ValueError(f"trace arrival_s must span at most {MAX_SPAN_S:g} s (about 116 days), got {duration:.4g} s")
     gaps = np.diff(arrival)
     per_minute = _per_minute(arrival)
     summary = {
@@ -127,14 +133,18 @@ def _per_minute(arrival: np.ndarray) -> pd.DataFrame:
 
 
 def _dispersion(arrival: np.ndarray, window_s: float) -> dict[str, float]:
+    """Counts per window from the windows that hold a request (the empty ones add only to ``n``), so
+    memory grows with the requests, not with the span over the window."""
     n = int((arrival[-1] - arrival[0]) // window_s)
-    counts = np.bincount(((arrival - arrival[0]) // window_s).astype(int), minlength=n + 1)[:n]
-    mean = float(counts.mean())
+    which = ((arrival - arrival[0]) // window_s).astype(np.int64)
+    counts = np.unique(which[which < n], return_counts=True)[1].astype(float)
+    mean = counts.sum() / n
+    variance = (((counts - mean) ** 2).sum() + (n - counts.size) * mean**2) / n
     return {
         "window_s": window_s,
         "windows": n,
-        "mean_count": mean,
-        "index_of_dispersion": float(counts.var() / mean) if mean > 0 else np.nan,
+        "mean_count": float(mean),
+        "index_of_dispersion": float(variance / mean) if mean > 0 else np.nan,
     }
 
 

@@ -12,6 +12,8 @@ the citation and the licence sits beside it.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,8 @@ import pandas as pd
 
 from toolkit._args import check_int, check_number
 from toolkit._data import data_file
-from toolkit._queueing.workload import token_counts
+from toolkit._files import read_user_bytes
+from toolkit._queueing.workload import MAX_REQUESTS, token_counts
 
 __all__ = ["load_trace"]
 
@@ -30,6 +33,8 @@ SHIPPED = {
 # the Azure dataset's column names, accepted as they are
 AZURE_COLUMNS = {"TIMESTAMP": "arrival_s", "ContextTokens": "prompt_tokens", "GeneratedTokens": "output_tokens"}
 COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+# A trace file is read whole into memory: a larger file is refused before it is read.
+MAX_TRACE_BYTES = 2**30
 SOURCE = (
     "Azure LLM inference trace 2023 (Azure Public Dataset), published with Patel et al., 'Splitwise: "
     "Efficient generative LLM inference using phase splitting', ISCA 2024; CC-BY 4.0"
@@ -50,9 +55,12 @@ def load_trace(
     Parameters
     ----------
     name_or_path : str or pathlib.Path
-        A shipped trace (``"azure-conv-2023"``, ``"azure-code-2023"``) or a CSV/Parquet file with
+        A shipped trace (``"azure-conv-2023"``, ``"azure-code-2023"``) or a CSV/Parquet file (a
+        regular file of at most 1 GiB; Parquet needs ``pyarrow``: ``pip install pyarrow``) with
         ``arrival_s``, ``prompt_tokens`` and ``output_tokens`` columns, or with the Azure names
-        ``TIMESTAMP`` (date-times), ``ContextTokens`` and ``GeneratedTokens``.
+        ``TIMESTAMP`` (date-times; mixed UTC offsets, as across a daylight-saving change, are
+        compared in UTC), ``ContextTokens`` and ``GeneratedTokens`` (a file with both names of one
+        column is refused).
     start_s, duration_s : float, optional
         The window kept, in seconds of the original trace from its first request (>= 0; default
         the whole trace). ``arrival_s`` then counts from the window's start.
@@ -60,7 +68,8 @@ def load_trace(
         Factor on every time (> 0, at most 1e6): 2 stretches the trace to half its rate, 0.5
         compresses it to twice its rate. Applied after slicing.
     rate_scale : float, optional
-        Factor on the mean rate without changing the time axis (> 0, at most 1000): below 1 each
+        Factor on the mean rate without changing the time axis (> 0, at most 1000, and at most
+        10**7 requests in the result, the simulator's cap): below 1 each
         request is kept with probability ``rate_scale`` (thinning); above 1 the trace is
         superposed with ``floor(rate_scale) - 1`` copies, each shifted circularly by a random offset,
         plus a thinned copy for the fraction. Seeded by ``seed``.
@@ -68,7 +77,8 @@ def load_trace(
         Seed of the thinning and the shifts (0 to 2**63 - 1).
     token_scale : float
         Factor on ``prompt_tokens`` and ``output_tokens`` (> 0, at most 1e6), each rounded and at
-        least 1: fits a production trace's lengths to a small test server.
+        least 1, and at most 10**9 after scaling: fits a production trace's lengths to a small test
+        server.
 
     Returns
     -------
@@ -97,11 +107,17 @@ def load_trace(
     method = "none"
     if rate_scale is not None:
         factor = check_number("rate_scale", rate_scale, low=0, low_inclusive=False, high=1000)
+        if len(frame) * factor > MAX_REQUESTS:
+            raise ValueError(
+                f"rate_scale={factor:g} would make about {len(frame) * factor:.3g} requests from {name}'s "
+                f"{len(frame)}; at most {MAX_REQUESTS:.0e} (the simulator's cap)"
+            )
         frame, method = _rescale(frame, factor, window_s, rng)
     tokens = check_number("token_scale", token_scale, low=0, low_inclusive=False, high=1e6)
     if tokens != 1.0:
         for column in ("prompt_tokens", "output_tokens"):
-            frame[column] = np.maximum(1, np.rint(frame[column] * tokens)).astype(np.int64)
+            scaled = np.maximum(1, np.rint(frame[column].to_numpy(dtype=float) * tokens))
+            frame[column] = token_counts(f"{column} x token_scale={tokens:g}", scaled)
     frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
     frame.attrs.update(source=source, name=name, window_s=window_s, rate_scaling=method, token_scale=tokens)
     return frame
@@ -111,29 +127,39 @@ def _read(name_or_path: str | Path) -> tuple[pd.DataFrame, str, str]:
     if isinstance(name_or_path, str) and name_or_path in SHIPPED:
         with data_file(SHIPPED[name_or_path]).open("rb") as handle:
             raw = pd.read_csv(handle)
-        name, source = name_or_path, SOURCE
-    else:
-        if not isinstance(name_or_path, (str, Path)):
-            raise ValueError(
-                f"name_or_path must be one of {', '.join(SHIPPED)} or a file path, got {type(name_or_path).__name__}"
-            )
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise ValueError(
-                f"name_or_path: no shipped trace or file named {str(name_or_path)!r} (shipped: {', '.join(SHIPPED)})"
-            )
-        raw = pd.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pd.read_csv(path, comment="#")
-        name, source = path.name, str(path)
-    return _tidy(raw.rename(columns=AZURE_COLUMNS)), name, source
+        return _tidy(raw), name_or_path, SOURCE
+    if not isinstance(name_or_path, (str, Path)):
+        raise ValueError(
+            f"name_or_path must be one of {', '.join(SHIPPED)} or a file path, got {type(name_or_path).__name__}"
+        )
+    path = Path(name_or_path)
+    if not path.exists():
+        raise ValueError(
+            f"name_or_path: no shipped trace or file named {str(name_or_path)!r} (shipped: {', '.join(SHIPPED)})"
+        )
+    data = io.BytesIO(read_user_bytes("name_or_path", path, max_bytes=MAX_TRACE_BYTES))
+    parquet = path.suffix.lower() in (".parquet", ".pq")
+    if parquet and not any(importlib.util.find_spec(engine) for engine in ("pyarrow", "fastparquet")):
+        raise ValueError(f"name_or_path: reading the Parquet file {path} needs pyarrow: pip install pyarrow")
+    try:
+        raw = pd.read_parquet(data) if parquet else pd.read_csv(data, comment="#")
+        return _tidy(raw), path.name, str(path)
+    except (ValueError, TypeError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"trace file {path}: {exc}") from None
 
 
 def _tidy(raw: pd.DataFrame) -> pd.DataFrame:
+    both = [(azure, ours) for azure, ours in AZURE_COLUMNS.items() if azure in raw.columns and ours in raw.columns]
+    if both:
+        raise ValueError(f"columns {both[0][0]} and {both[0][1]} both give {both[0][1]}: keep one of them")
+    raw = raw.rename(columns=AZURE_COLUMNS)
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
         raise ValueError(f"trace is missing columns {missing}; it needs {list(COLUMNS)} (or the Azure names)")
     arrival = raw["arrival_s"]
     if not pd.api.types.is_numeric_dtype(arrival):
-        stamps = pd.to_datetime(arrival, errors="coerce")
+        # in UTC: a trace that crosses a daylight-saving change carries two offsets
+        stamps = pd.to_datetime(arrival, errors="coerce", utc=True)
         if stamps.isna().any():
             raise ValueError("trace arrival_s (or TIMESTAMP) must be seconds or date-times in every row")
         arrival = (stamps - stamps.min()).dt.total_seconds()
