@@ -55,6 +55,7 @@ from toolkit._model.resolve import (
     resolve_quant,
     within_window,
 )
+from toolkit._vocab.keywords import positional_deprecated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,11 +206,13 @@ def _max_seqs(
     return np.floor(np.maximum(budget["kv_budget"], 0.0) / per_seq).astype(int)
 
 
+@positional_deprecated
 def memory(
     model: object,
     gpu: object,
     quant: object,
     context_tokens: int,
+    *,
     tensor_parallel: int = 1,
     gpu_memory_utilization: float | None = None,
     kv_dtype: object = "fp16",

@@ -17,9 +17,9 @@ __all__: list[str] = []
 class _Evaluator:
     """Latency, utilisation and the SLO checks of candidates at given replica counts (array math)."""
 
-    def __init__(self, grid: _Grid, arrival_rate, output_tokens, cs2, percentile, slos, iterations, arrival_ca2=1.0):
+    def __init__(self, grid: _Grid, arrival_rate, output_tokens, cs2, percentile, slos, iterations, ca2=1.0):
         self.g = grid
-        self.arrival_ca2 = arrival_ca2  # of the whole stream; a replica sees it split round robin
+        self.ca2 = ca2  # of the whole stream; a replica sees it split round robin
         self.rate = arrival_rate
         self.output = output_tokens
         self.cs2 = cs2
@@ -122,7 +122,7 @@ class _Evaluator:
         wait = np.full(idx.size, np.inf)
         if stable.any():
             wait[stable] = self._wait(
-                out["lam"][stable], out["service_s"][stable], out["c"][stable], self.arrival_ca2 / replicas[stable]
+                out["lam"][stable], out["service_s"][stable], out["c"][stable], self.ca2 / replicas[stable]
             )
         out["mean_tpot_ms"] = out.pop("tpot_ms")
         out["tpot_ms"] = np.where(stable, self._tail_tpot(idx, out), np.inf)

@@ -115,10 +115,6 @@ def _specs(argument: str, value: object, catalog: str, resolve) -> list[dict[str
     return specs
 
 
-def _percentile_label(percentile: float) -> str:
-    return f"{100 * percentile:g}"
-
-
 def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:
     if isinstance(tensor_parallel, (int, np.integer)):
         tensor_parallel = (tensor_parallel,)
