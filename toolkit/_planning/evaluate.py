@@ -10,6 +10,7 @@ from toolkit._planning.gamma import log_factorial
 from toolkit._planning.grid import _Grid
 from toolkit._planning.inputs import _CHECKS, _CONSTRAINTS, _poisson_quantile, length_quantile
 from toolkit._queueing.closed_forms import _waits
+from toolkit._vocab.metrics import LATENCY_METRICS
 
 __all__: list[str] = []
 
@@ -210,7 +211,7 @@ def _fewest_replicas(
 
 
 # what plans read of an evaluation (see fleet_columns)
-_KEPT = ("lam", "utilization", "ttft_ms", "tpot_ms", "e2e_ms", *_CHECKS, "meets")
+_KEPT = ("lam", "utilization", *(f"{metric}_ms" for metric in LATENCY_METRICS), *_CHECKS, "meets")
 
 
 def _search(

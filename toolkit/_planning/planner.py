@@ -60,7 +60,7 @@ from toolkit._planning.no_plan import no_plan_reason
 from toolkit._progress import check_progress, progress_bar
 from toolkit._vocab.keywords import positional_deprecated
 from toolkit._vocab.load import Load
-from toolkit._vocab.metrics import quantile_column
+from toolkit._vocab.metrics import LATENCY_METRICS, quantile_column
 
 if TYPE_CHECKING:  # pandas loads for the table plan() returns, not for the command line's
     import pandas as pd
@@ -242,7 +242,7 @@ def _plan_columns(
     output = check_int("output_tokens", output_tokens, low=1, high=MAX_TOKENS)
     slos = {
         name: None if value is None else check_number(f"{name}_ms", value, low=0, low_inclusive=False)
-        for name, value in (("slo_ttft", slo_ttft_ms), ("slo_tpot", slo_tpot_ms), ("slo_e2e", slo_e2e_ms))
+        for name, value in zip((f"slo_{m}" for m in LATENCY_METRICS), (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
     }
     pct = check_number("percentile", percentile, low=0, high=1, low_inclusive=False, high_inclusive=False)
     tps = _degrees(tensor_parallel)

@@ -23,10 +23,11 @@ import pandas as pd
 
 from toolkit._queueing.simulator import simulate
 from toolkit._stats import block_resamples
+from toolkit._vocab.metrics import LATENCY_METRICS, ms_from_s
 
 __all__: list[str] = []
 
-REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+REPLAY_METRICS = tuple(f"{metric}_ms" for metric in LATENCY_METRICS)
 REPLAY_PERCENTILES = (50, 90)
 
 # enough that the median |error|'s interval moves by under a percentage point between seeds (each
@@ -145,7 +146,7 @@ def _replay_comparison(
         prefill_start_breaks=prefill_start_breaks,
     )
     sim = result.requests  # in trace order: row i is request i of ``ok``
-    predicted = {metric: sim[f"{metric.removesuffix('_ms')}_s"].to_numpy() * 1e3 for metric in REPLAY_METRICS}
+    predicted = {f"{m}_ms": ms_from_s(sim[f"{m}_s"].to_numpy()) for m in LATENCY_METRICS}
     measured = {metric: ok[metric].to_numpy(float) for metric in REPLAY_METRICS}
     if intervals:
         low, high, median_ci = replay_error_ci95(predicted, measured, REPLAY_PERCENTILES)

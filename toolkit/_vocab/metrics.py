@@ -16,20 +16,23 @@ Where one domain reads the other's numbers it converts with :func:`ms_from_s`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy is not loaded for this module: the command line's --help imports it
+    import numpy as np
+
 __all__: list[str] = []
 
 # the request latencies every layer reports: time to first token, time per output token, end to end
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 # the simulator's per-request latencies: the wait in the queue before admission, then the three above
 SIMULATED_METRICS = ("queue_wait", *LATENCY_METRICS)
-# the latency SLO each metric is held to, in ms (the keyword arguments of plan, in this order)
-SLO_ARGUMENTS = {metric: f"slo_{metric}_ms" for metric in LATENCY_METRICS}
 
 MS_PER_S = 1e3
 
 
-def ms_from_s(seconds: float) -> float:
-    """A duration in seconds (the simulator's unit) in milliseconds (the planner's and the model's)."""
+def ms_from_s(seconds: float | np.ndarray) -> float | np.ndarray:
+    """Durations in seconds (the simulator's unit) in milliseconds (the planner's and the model's)."""
     return seconds * MS_PER_S
 
 
