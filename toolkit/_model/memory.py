@@ -292,7 +292,7 @@ def memory(
     seq_bytes = float(_seq_kv_bytes(spec_model, budget["kv_layer_bytes"], np.array([context]), block)[0])
     max_seqs = int(_max_seqs(spec_model, budget, np.array([context]), block)[0])
     within = within_window(spec_model["max_context"], context)
-    import pandas as pd
+    import pandas as pd  # the planner sizes memory without pandas
 
     return pd.DataFrame(
         [

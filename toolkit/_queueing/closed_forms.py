@@ -303,6 +303,6 @@ def queue_wait(
     out.update(zip(names, core["waits"]))
     out["stable"] = core["stable"]
     out["method"] = _method(c, ca2, cs2)
-    import pandas as pd
+    import pandas as pd  # the planner and the command line use the closed form without pandas
 
     return pd.DataFrame(out)
