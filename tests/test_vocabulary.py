@@ -202,8 +202,14 @@ def _code(path: Path) -> list[str]:
 
 def _sources() -> list[Path]:
     found = [ROOT / "README.md"]
-    for folder, patterns in (("toolkit", ["*.py"]), ("tests", ["*.py"]), ("notebooks", ["*.ipynb"]),
-                             ("docs", ["*.md", "*.rst", "*.py", "*.ipynb"])):  # fmt: skip
+    folders = {
+        "toolkit": ["*.py"],
+        "tests": ["*.py"],
+        "notebooks": ["*.ipynb"],
+        "reports/example/notebooks": ["*.ipynb"],
+        "docs": ["*.md", "*.rst", "*.py", "*.ipynb"],
+    }
+    for folder, patterns in folders.items():
         for pattern in patterns:
             found += sorted((ROOT / folder).rglob(pattern))
     return [p for p in found if p.is_file() and ".ipynb_checkpoints" not in p.parts and "_build" not in p.parts]
