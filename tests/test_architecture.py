@@ -3,11 +3,15 @@ data in the wheel, and one list of tunable efficiencies that every entry point h
 
 from __future__ import annotations
 
+import ast
 import importlib
+import io
 import json
 import pkgutil
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -105,9 +109,9 @@ def test_every_tunable_efficiency_moves_every_entry_point(entry):
             setup["model"],
             setup["gpu"],
             setup["quant"],
-            512,
-            64,
-            200,
+            prompt_tokens=512,
+            output_tokens=64,
+            num_requests=200,
             arrival_rate=4.0,
             tensor_parallel=2,
             calibration=calibration,
@@ -151,3 +155,163 @@ def test_a_built_wheel_carries_its_data(tmp_path):
     path, count = out.stdout.split()
     assert path.startswith(str(site)), path
     assert int(count) > 10
+
+
+# ---- comments and docstrings say what and why, not when ------------------------------------------------
+
+_NUMBER = (
+    r"(?:\d[\d,]*|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+    r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty)"
+)
+# what a diary writes: a date, a clock time, or how many times something was run
+_DIARY = {
+    "a date": re.compile(r"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b"),
+    "a clock time": re.compile(r"\b(?:[01]?\d|2[0-3]):[0-5]\d\b"),
+    "a run count": re.compile(
+        rf"\b(?:(?:in|over|across|of|from|after)\s+(?:the\s+last\s+)?{_NUMBER}\s+(?:[\w/-]+\s+){{0,2}}"
+        rf"(?:runs|passes|sessions)\b|(?<!the ){_NUMBER}\s+(?:idle\s+|report\s+)?runs\b|this (?:project|machine)'s \w+ runs\b)",
+        re.IGNORECASE,
+    ),
+}
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and every string that stands as a statement of its own (module,
+    class and function docstrings, attribute docstrings) in ``path``."""
+    source = path.read_text()
+    found = [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def test_the_diary_detector_finds_what_it_is_for():
+    hits = lambda text: sorted(kind for kind, pattern in _DIARY.items() if pattern.search(text))  # noqa: E731
+    assert hits("fitted on 2026-12-04 at 18:24") == ["a clock time", "a date"]
+    assert hits("the spread over 15 passes") == ["a run count"]
+    assert hits("missed in ten idle runs") == ["a run count"]
+    assert hits("this machine's sixteen runs agreed") == ["a run count"]
+    assert hits("2 runs of 300 requests rose above 0.05") == ["a run count"]
+    assert hits("a ratio of 3 to 1; runs each level twice; p99 over the two passes' waves") == []
+    assert hits("panel titles for the two runs; a cell of one or more passes; if one already runs") == []
+
+
+def test_no_date_clock_time_or_run_count_in_comments_and_docstrings():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {kind}: {match.group(0)!r}"
+        for path in sorted((ROOT / "toolkit").rglob("*.py"))
+        for line, text in _comments_and_docstrings(path)
+        for kind, pattern in _DIARY.items()
+        for match in pattern.finditer(text)
+    ]
+    assert not found, "comments and docstrings say what and why; dates and run counts belong in the\n" + "\n".join(
+        found
+    )
+
+
+# ---- the import graph ----------------------------------------------------------------------------------
+
+# The layers, bottom first: a module imports only from its own layer's subpackage or a lower one. The
+# ground floor holds the argument checks, the file reader, shared statistics, the progress bar, the
+# package data and the vocabulary every layer shares.
+LAYERS = (
+    {"_args", "_files", "_stats", "_progress", "_data", "_vocab"},
+    {"_model"},
+    {"_queueing"},
+    {"_workload"},
+    {"_scale"},
+    {"_planning"},
+    {"_calibration"},
+    {"_sweep"},
+    {"_validation"},
+    {"_report"},
+    {"__main__"},
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _toolkit_imports() -> dict[str, set[str]]:
+    """Every toolkit module -> the toolkit modules it imports, at module level or inside a function
+    (``from toolkit._x import y`` counts as an import of ``toolkit._x.y`` where that is a module)."""
+    # (the package's own __init__ imports nothing: it loads the public names lazily)
+    paths = {_module_name(p): p for p in (ROOT / "toolkit").rglob("*.py") if p != ROOT / "toolkit" / "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base)
+        graph[name] = {t for t in targets if t.startswith("toolkit.") and t in paths and t != name}
+    return graph
+
+
+def _subpackage(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that returns to its start, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycle(_toolkit_imports()) is None
+
+
+def test_no_import_cycle_between_subpackages():
+    graph: dict[str, set[str]] = {}
+    for module, targets in _toolkit_imports().items():
+        graph.setdefault(_subpackage(module), set()).update(
+            _subpackage(t) for t in targets if _subpackage(t) != _subpackage(module)
+        )
+    assert _cycle(graph) is None
+
+
+def test_every_import_runs_down_the_layers():
+    layer = {sub: level for level, subs in enumerate(LAYERS) for sub in subs}
+    modules = _toolkit_imports()
+    assert {_subpackage(m) for m in modules} == set(layer), "a subpackage is missing from LAYERS"
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in sorted(modules.items())
+        for target in sorted(targets)
+        if layer[_subpackage(target)] > layer[_subpackage(module)]
+    ]
+    assert not upward, "\n".join(upward)

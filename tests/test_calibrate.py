@@ -48,7 +48,16 @@ def test_host_row_is_usable_as_a_gpu(host):
     assert cm.tflops == host["fp16_tflops"].iloc[0]
     curve = batching_curve("Gemma-3-270M", host, "q4_k_m", 128, batch_sizes=[1, 8])
     assert np.all(np.isfinite(curve["step_ms"])) and curve["gpu"].iloc[0] == host["name"].iloc[0]
-    sim = simulate("Gemma-3-270M", host, "q4_k_m", 32, 16, 4, concurrency=2, warmup_fraction=0)
+    sim = simulate(
+        "Gemma-3-270M",
+        host,
+        "q4_k_m",
+        prompt_tokens=32,
+        output_tokens=16,
+        num_requests=4,
+        concurrency=2,
+        warmup_fraction=0,
+    )
     assert sim.requests["e2e_s"].notna().all()
 
 
@@ -276,7 +285,17 @@ def test_calibration_row_is_accepted_by_the_serving_model():
     curve = batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1000, batch_sizes=[1, 16], calibration=fitted)
     assert curve["step_ms"].tolist() == pytest.approx([explicit.step_ms(1, 1000), explicit.step_ms(16, 16000)])
     assert ttft_ms("Llama-3.1-8B", "H100 SXM", "bf16", 500, calibration=fitted) == pytest.approx(explicit.ttft_ms(500))
-    sim = simulate("Llama-3.1-8B", "H100 SXM", "bf16", 100, 10, 1, concurrency=1, calibration=fitted, warmup_fraction=0)
+    sim = simulate(
+        "Llama-3.1-8B",
+        "H100 SXM",
+        "bf16",
+        prompt_tokens=100,
+        output_tokens=10,
+        num_requests=1,
+        concurrency=1,
+        calibration=fitted,
+        warmup_fraction=0,
+    )
     assert sim.config["request_overhead_ms"] == pytest.approx(fitted["request_overhead_ms"].iloc[0])
 
 
@@ -331,8 +350,10 @@ def test_accuracy_rejects_frames_without_levels():
 def test_predict_sweep_closed_loop_structure():
     # one in flight: lanes run back to back, so the wall is lanes x one lane's time, concurrency 1;
     # as many in flight as lanes with identical lanes: every lane runs the whole level together
-    one = predict_sweep("Llama-3.1-8B", "H100 SXM", "bf16", 500, 100, lanes=1, limits=[1])
-    levels = predict_sweep("Llama-3.1-8B", "H100 SXM", "bf16", 500, 100, lanes=4, limits=[1, 4])
+    one = predict_sweep("Llama-3.1-8B", "H100 SXM", "bf16", prompt_tokens=500, output_tokens=100, lanes=1, limits=[1])
+    levels = predict_sweep(
+        "Llama-3.1-8B", "H100 SXM", "bf16", prompt_tokens=500, output_tokens=100, lanes=4, limits=[1, 4]
+    )
     assert levels["wall_s"].iloc[0] == pytest.approx(4 * one["wall_s"].iloc[0])
     assert levels["achieved_concurrency"].iloc[0] == pytest.approx(1.0)
     assert levels["achieved_concurrency"].iloc[1] == pytest.approx(4.0)
@@ -343,7 +364,9 @@ def test_predict_sweep_closed_loop_structure():
 
 def test_predict_sweep_rejects_token_lists_of_the_wrong_length():
     with pytest.raises(ValueError, match="prompt_tokens"):
-        predict_sweep("Llama-3.1-8B", "H100 SXM", "bf16", [100, 200], 10, lanes=3, limits=[1])
+        predict_sweep(
+            "Llama-3.1-8B", "H100 SXM", "bf16", prompt_tokens=[100, 200], output_tokens=10, lanes=3, limits=[1]
+        )
 
 
 # --- closed loop on llama-server -------------------------------------------------------------------
@@ -358,12 +381,9 @@ def _simulated_run(truth: dict, host: pd.DataFrame) -> tuple[pd.DataFrame, pd.Da
         prompt = rng.integers(40, 80, 8)
         out = np.full(8, 64)
         req = simulate(
-            None,
-            None,
-            None,
-            lambda g, n: prompt,
-            lambda g, n: out,
-            8,
+            prompt_tokens=lambda g, n: prompt,
+            output_tokens=lambda g, n: out,
+            num_requests=8,
             concurrency=limit,
             cost=cm,
             warmup_fraction=0,

@@ -35,9 +35,13 @@ class _Flat:
 def _lone(prompt: int, output: int, breaks=BREAKS, budget: int = 512) -> pd.Series:
     trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [prompt], "output_tokens": [output]})
     result = tk.simulate(
-        None, None, None, None, None, None, trace=trace, cost=_Flat(), max_batch=8, max_num_batched_tokens=budget,
-        warmup_fraction=0.0, prefill_breaks=breaks,
-    )  # fmt: skip
+        trace=trace,
+        cost=_Flat(),
+        max_batch=8,
+        max_num_batched_tokens=budget,
+        warmup_fraction=0.0,
+        prefill_breaks=breaks,
+    )
     return result.requests.iloc[0]
 
 
@@ -67,9 +71,8 @@ def test_the_running_decodes_take_a_token_in_every_step_of_a_broken_prefill():
     # first token came at 20 ms and its tenth at 20 + 9 x 10 ms.
     trace = pd.DataFrame({"arrival_s": [0.0, 0.025], "prompt_tokens": [5, 29], "output_tokens": [10, 2]})
     result = tk.simulate(
-        None, None, None, None, None, None, trace=trace, cost=_Flat(), max_batch=8, max_num_batched_tokens=512,
-        warmup_fraction=0.0, prefill_breaks=BREAKS,
-    )  # fmt: skip
+        trace=trace, cost=_Flat(), max_batch=8, max_num_batched_tokens=512, warmup_fraction=0.0, prefill_breaks=BREAKS
+    )
     a, b = result.requests.iloc[0], result.requests.iloc[1]
     assert a["ttft_s"] * 1e3 == pytest.approx(20.0)
     assert a["e2e_s"] * 1e3 == pytest.approx(110.0)
@@ -119,9 +122,8 @@ def test_the_engine_and_the_calibration_cut_a_prompt_into_the_same_chunks(prompt
     cost = _Recording()
     trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [prompt], "output_tokens": [1]})
     tk.simulate(
-        None, None, None, None, None, None, trace=trace, cost=cost, max_batch=8, max_num_batched_tokens=512,
-        warmup_fraction=0.0, prefill_breaks=BREAKS,
-    )  # fmt: skip
+        trace=trace, cost=cost, max_batch=8, max_num_batched_tokens=512, warmup_fraction=0.0, prefill_breaks=BREAKS
+    )
     assert cost.prefills == list(zip(expected, before, strict=True))
     chunks = [(c[0], d[0]) for c, d in prefill_chunks(np.array([float(prompt)]), BREAKS, 512)]
     assert chunks == list(zip(expected, before, strict=True))
@@ -185,9 +187,10 @@ def test_the_llama_server_scheduling_is_its_ubatch_and_breaks():
 def test_bad_breaks_name_the_argument(value):
     with pytest.raises(ValueError, match="prefill_breaks"):
         tk.simulate(
-            None, None, None, None, None, None, trace=pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4],
-            "output_tokens": [2]}), cost=_Flat(), prefill_breaks=value,
-        )  # fmt: skip
+            trace=pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4], "output_tokens": [2]}),
+            cost=_Flat(),
+            prefill_breaks=value,
+        )
 
 
 # The start break: llama-server stops filling a prompt where its last user message starts (position
@@ -216,9 +219,14 @@ def test_the_engine_and_the_calibration_cut_prompts_as_the_servers_log_shows(pro
         {"arrival_s": [0.0], "prompt_tokens": [prompt], "cached_tokens": [cached], "output_tokens": [1]}
     )
     tk.simulate(
-        None, None, None, None, None, None, trace=trace, cost=cost, max_batch=8, max_num_batched_tokens=512,
-        warmup_fraction=0.0, prefill_breaks=BREAKS, prefill_start_breaks=STARTS,
-    )  # fmt: skip
+        trace=trace,
+        cost=cost,
+        max_batch=8,
+        max_num_batched_tokens=512,
+        warmup_fraction=0.0,
+        prefill_breaks=BREAKS,
+        prefill_start_breaks=STARTS,
+    )
     # each step attends to the cached tokens and the chunks before it
     assert cost.prefills == [(c, cached + d) for c, d in zip(expected, before, strict=True)]
     got = prefill_chunks(np.array([prompt - cached + 0.0]), BREAKS, 512, np.array([cached + 0.0]), STARTS)
@@ -237,9 +245,14 @@ def _two(cached: int, starts) -> pd.DataFrame:
         {"arrival_s": [0.0, 0.005], "prompt_tokens": [105, 55], "cached_tokens": [cached] * 2, "output_tokens": [2, 2]}
     )
     return tk.simulate(
-        None, None, None, None, None, None, trace=trace, cost=_PerToken(), max_batch=8, max_num_batched_tokens=512,
-        warmup_fraction=0.0, prefill_breaks=BREAKS, prefill_start_breaks=starts,
-    ).requests  # fmt: skip
+        trace=trace,
+        cost=_PerToken(),
+        max_batch=8,
+        max_num_batched_tokens=512,
+        warmup_fraction=0.0,
+        prefill_breaks=BREAKS,
+        prefill_start_breaks=starts,
+    ).requests
 
 
 def test_a_start_break_puts_a_new_prompts_bulk_beside_the_first_prompts_and_its_last_tokens_beside_little():
@@ -266,14 +279,14 @@ def test_a_start_break_puts_a_new_prompts_bulk_beside_the_first_prompts_and_its_
 def test_bad_cached_tokens_name_the_column(cached):
     trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4], "cached_tokens": cached, "output_tokens": [2]})
     with pytest.raises(ValueError, match="cached_tokens"):
-        tk.simulate(None, None, None, None, None, None, trace=trace, cost=_Flat())
+        tk.simulate(trace=trace, cost=_Flat())
 
 
 @pytest.mark.parametrize("value", ["1", [0], None])
 def test_bad_start_breaks_name_the_argument(value):
     trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [4], "output_tokens": [2]})
     with pytest.raises(ValueError, match="prefill_start_breaks"):
-        tk.simulate(None, None, None, None, None, None, trace=trace, cost=_Flat(), prefill_start_breaks=value)
+        tk.simulate(trace=trace, cost=_Flat(), prefill_start_breaks=value)
     with pytest.raises(ValueError, match="prefill_start_breaks"):
         tk.calibrate(_profile(tk.cost_model("Gemma-3-270M", HOST, "q4_k_m"), BREAKS), "Gemma-3-270M", HOST,
                      "q4_k_m", prefill_start_breaks=value)  # fmt: skip

@@ -568,7 +568,7 @@ def test_the_reports_busy_host_rule_counts_only_other_processes(monkeypatch, tmp
     monkeypatch.setattr(host_state, "sample", lambda pid=None: next(readings))
     settings = {"lanes": 2, "limits": (1,), "max_tokens": 3}
     with FaultServer(tokens=3, token_delay_s=0) as srv:
-        run = _measure._measure(srv.base_url, "fault-model", None, tmp_path, settings, "fault", server_pid=12345)
+        run = _measure._measure(srv.base_url, tmp_path, settings, "fault", model="fault-model", server_pid=12345)
     assert run.others["sweep"] == pytest.approx(others_core_s / 20.0)
     assert ("warning" in run.conditions) is busy
     if busy:
@@ -600,7 +600,7 @@ def test_a_local_sweep_runs_its_repeats_as_passes_with_work_between_them(tmp_pat
     settings = {"lanes": 2, "limits": (1, 2), "max_tokens": 3, "repeats": 2}
     with FaultServer(tokens=3, token_delay_s=0) as srv:
         run = _measure._measure(
-            srv.base_url, "fault-model", None, tmp_path, settings, "fault", between=lambda: calls.append(1)
+            srv.base_url, tmp_path, settings, "fault", model="fault-model", between=lambda: calls.append(1)
         )
     assert calls == [1, 1]
     assert run.levels["repeats"].tolist() == [2, 2] and run.levels["in_flight"].tolist() == [1, 2]

@@ -47,7 +47,16 @@ def _fifo_waits_reference(arrival: np.ndarray, service: np.ndarray, servers: int
 
 def test_lone_request_follows_the_cost_model_step_by_step():
     cm = toolkit.cost_model("Llama-3.1-8B", "L4", "fp16", max_num_batched_tokens=2048)
-    res = simulate("Llama-3.1-8B", "L4", "fp16", 5000, 8, 1, arrival_rate=1.0, max_num_batched_tokens=2048)
+    res = simulate(
+        "Llama-3.1-8B",
+        "L4",
+        "fp16",
+        prompt_tokens=5000,
+        output_tokens=8,
+        num_requests=1,
+        arrival_rate=1.0,
+        max_num_batched_tokens=2048,
+    )
     row = res.requests.iloc[0]
     # chunked prefill of 5000 tokens with a 2048-token budget: 2048 + 2048 + 904, each chunk attending
     # to the tokens before it, the last one ending the prompt; then 7 decode steps at 5000..5006 KV tokens
@@ -61,7 +70,16 @@ def test_lone_request_follows_the_cost_model_step_by_step():
 
 def test_lone_request_ttft_is_the_serving_models_ttft_under_tensor_parallel():
     cm = toolkit.cost_model("Llama-3.1-70B", "H100 SXM", "fp8", tensor_parallel=2, max_num_batched_tokens=2048)
-    res = simulate("Llama-3.1-70B", "H100 SXM", "fp8", 1000, 4, 1, arrival_rate=1.0, tensor_parallel=2)
+    res = simulate(
+        "Llama-3.1-70B",
+        "H100 SXM",
+        "fp8",
+        prompt_tokens=1000,
+        output_tokens=4,
+        num_requests=1,
+        arrival_rate=1.0,
+        tensor_parallel=2,
+    )
     assert res.requests["ttft_s"].iloc[0] == pytest.approx(cm.ttft_ms(1000) / 1e3, rel=1e-9)
     assert res.summary["kv_budget_tokens"].iloc[0] == cm.kv_budget_tokens
 
@@ -74,18 +92,7 @@ def test_preemption_timeline_by_hand():
     # tokens at step 150. Then one prefill step of 151 tokens gives its 52nd token and 98 decode steps
     # the rest: it ends at step 249.
     trace = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [100, 100], "output_tokens": [150, 150]})
-    res = simulate(
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        trace=trace,
-        max_batch=2,
-        cost=FixedStep(1.0, kv_budget_tokens=300),
-        warmup_fraction=0.0,
-    )
+    res = simulate(trace=trace, max_batch=2, cost=FixedStep(1.0, kv_budget_tokens=300), warmup_fraction=0.0)
     req = res.requests
     np.testing.assert_allclose(req["e2e_s"], [0.150, 0.249], rtol=1e-9)
     np.testing.assert_allclose(req["ttft_s"], [0.001, 0.001], rtol=1e-9)
@@ -96,7 +103,9 @@ def test_preemption_timeline_by_hand():
 def test_closed_loop_batches_the_clients_together():
     # 4 clients, 10 output tokens, 1 ms per step: all four run together, 10 steps per round, so
     # 4 requests per 10 ms = 400 req/s with exactly 4 in flight
-    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=8, cost=FixedStep(1.0), output_cv=0)
+    res = simulate(
+        prompt_tokens=1, output_tokens=10, num_requests=40, concurrency=4, max_batch=8, cost=FixedStep(1.0), output_cv=0
+    )
     s = res.summary.iloc[0]
     assert s["throughput_rps"] == pytest.approx(400.0, rel=1e-9)
     assert s["achieved_concurrency"] == pytest.approx(4.0, rel=1e-9)
@@ -106,7 +115,9 @@ def test_closed_loop_batches_the_clients_together():
 
 def test_closed_loop_beyond_max_batch_queues_one_round():
     # 4 clients, 2 slots: every request after the first round waits exactly one 10-step round
-    res = simulate(None, None, None, 1, 10, 40, concurrency=4, max_batch=2, cost=FixedStep(1.0), output_cv=0)
+    res = simulate(
+        prompt_tokens=1, output_tokens=10, num_requests=40, concurrency=4, max_batch=2, cost=FixedStep(1.0), output_cv=0
+    )
     waits = res.requests.loc[~res.requests["warmup"], "queue_wait_s"]
     np.testing.assert_allclose(waits, 0.010, rtol=1e-9)
 
@@ -121,7 +132,17 @@ def test_one_at_a_time_with_fixed_tokens_is_md1():
     cm = toolkit.cost_model("Llama-3.2-1B", "L4", "fp16")
     service_s = (cm.step_ms(0, 0, 256, 0) + float(np.sum(cm.step_ms(1, 256 + np.arange(63))))) / 1e3
     rho = 0.5
-    res = simulate("Llama-3.2-1B", "L4", "fp16", 256, 64, 100_000, arrival_rate=rho / service_s, max_batch=1, seed=1)
+    res = simulate(
+        "Llama-3.2-1B",
+        "L4",
+        "fp16",
+        prompt_tokens=256,
+        output_tokens=64,
+        num_requests=100_000,
+        arrival_rate=rho / service_s,
+        max_batch=1,
+        seed=1,
+    )
     s = res.summary.iloc[0]
     md1 = rho * service_s / (2 * (1 - rho))
     # 90,000 measured requests: the sample mean of M/D/1 waits at rho 0.5 has a relative standard
@@ -139,7 +160,13 @@ def test_geometric_outputs_one_at_a_time_is_mm1():
     service_s = m / 1e3
     lam = rho / service_s
     res = simulate(
-        None, None, None, 1, ("geometric", m), 100_000, arrival_rate=lam, max_batch=1, cost=FixedStep(1.0), seed=2
+        prompt_tokens=1,
+        output_tokens=("geometric", m),
+        num_requests=100_000,
+        arrival_rate=lam,
+        max_batch=1,
+        cost=FixedStep(1.0),
+        seed=2,
     )
     s = res.summary.iloc[0]
     mu = 1 / service_s
@@ -154,12 +181,9 @@ def _md1(rho: float, requests: int, seed: int):
     a service rate of exactly 1,000 requests per second, offered ``rho`` times that."""
     cost = FixedStep(1.0)
     return simulate(
-        None,
-        None,
-        None,
-        1,
-        1,
-        requests,
+        prompt_tokens=1,
+        output_tokens=1,
+        num_requests=requests,
         arrival_rate=rho * 1000,
         cost=cost,
         max_batch=1,
@@ -185,7 +209,13 @@ def test_an_overloaded_open_loop_is_reported_unstable(seed):
 def test_stability_of_a_closed_loop_and_of_too_few_requests():
     # a closed loop waits for its answers: it cannot overload, whatever its clients
     closed = simulate(
-        None, None, None, 1, 1, 500, concurrency=64, cost=FixedStep(1.0), max_batch=1, max_num_batched_tokens=1
+        prompt_tokens=1,
+        output_tokens=1,
+        num_requests=500,
+        concurrency=64,
+        cost=FixedStep(1.0),
+        max_batch=1,
+        max_num_batched_tokens=1,
     ).summary.iloc[0]
     assert closed["stable"] and np.isnan(closed["queue_wait_growth"])
     # 20 requests (18 measured) leave thirds too small to compare: unknown, not stable
@@ -199,19 +229,7 @@ def test_shared_queue_replicas_are_the_fifo_c_server_queue_exactly():
     arrival = np.cumsum(rng.exponential(m / 1e3 / (0.8 * c), n))
     output = rng.geometric(1 / m, n)
     trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": 1, "output_tokens": output})
-    res = simulate(
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        trace=trace,
-        max_batch=1,
-        replicas=c,
-        routing="shared_queue",
-        cost=FixedStep(1.0),
-    )
+    res = simulate(trace=trace, max_batch=1, replicas=c, routing="shared_queue", cost=FixedStep(1.0))
     expected = _fifo_waits_reference(arrival, output / 1e3, c)
     np.testing.assert_allclose(res.requests["queue_wait_s"], expected, rtol=0, atol=1e-9)
 
@@ -221,12 +239,9 @@ def test_shared_queue_replicas_reproduce_mmc():
     service_s = m / 1e3
     lam = rho * c / service_s
     res = simulate(
-        None,
-        None,
-        None,
-        1,
-        ("geometric", m),
-        200_000,
+        prompt_tokens=1,
+        output_tokens=("geometric", m),
+        num_requests=200_000,
         arrival_rate=lam,
         max_batch=1,
         replicas=c,
@@ -255,12 +270,9 @@ def test_round_robin_replicas_are_not_mmc_but_erlang_arrival_queues():
         sigma = (lam / (lam + mu * (1 - sigma))) ** c
     gm1 = sigma / (mu * (1 - sigma))
     res = simulate(
-        None,
-        None,
-        None,
-        1,
-        ("geometric", m),
-        100_000,
+        prompt_tokens=1,
+        output_tokens=("geometric", m),
+        num_requests=100_000,
         arrival_rate=lam,
         max_batch=1,
         replicas=c,
@@ -399,7 +411,15 @@ def test_same_seed_same_result_and_another_seed_differs():
 
 
 def test_gamma_arrivals_have_the_requested_burstiness():
-    res = simulate(None, None, None, 1, 1, 50_000, arrival_rate=10.0, arrivals="gamma", ca2=4.0, cost=FixedStep(1.0))
+    res = simulate(
+        prompt_tokens=1,
+        output_tokens=1,
+        num_requests=50_000,
+        arrival_rate=10.0,
+        arrivals="gamma",
+        ca2=4.0,
+        cost=FixedStep(1.0),
+    )
     gaps = np.diff(res.requests["arrival_s"])
     assert gaps.mean() == pytest.approx(0.1, rel=0.03)
     assert gaps.var() / gaps.mean() ** 2 == pytest.approx(4.0, rel=0.06)
@@ -407,20 +427,26 @@ def test_gamma_arrivals_have_the_requested_burstiness():
 
 def test_token_distributions():
     res = simulate(
-        None, None, None, ("lognormal", 400, 0.5), ("geometric", 30), 20_000, arrival_rate=1e3, cost=FixedStep(0.01)
+        prompt_tokens=("lognormal", 400, 0.5),
+        output_tokens=("geometric", 30),
+        num_requests=20_000,
+        arrival_rate=1e3,
+        cost=FixedStep(0.01),
     )
     req = res.requests
     assert req["output_tokens"].mean() == pytest.approx(30, rel=0.03)
     assert req["output_tokens"].min() >= 1
     assert req["prompt_tokens"].mean() == pytest.approx(400, rel=0.03)
     assert req["prompt_tokens"].std() / req["prompt_tokens"].mean() == pytest.approx(0.5, rel=0.06)
-    custom = simulate(None, None, None, lambda rng, n: np.full(n, 7), 3, 5, arrival_rate=1.0, cost=FixedStep())
+    custom = simulate(
+        prompt_tokens=lambda rng, n: np.full(n, 7), output_tokens=3, num_requests=5, arrival_rate=1.0, cost=FixedStep()
+    )
     assert set(custom.requests["prompt_tokens"]) == {7}
 
 
 def test_trace_is_replayed_in_time_order():
     trace = pd.DataFrame({"arrival_s": [0.5, 0.1, 0.3], "prompt_tokens": [10, 20, 30], "output_tokens": [3, 2, 1]})
-    res = simulate(None, None, None, None, None, None, trace=trace, cost=FixedStep(1.0))
+    res = simulate(trace=trace, cost=FixedStep(1.0))
     req = res.requests
     assert list(req["arrival_s"]) == [0.1, 0.3, 0.5]
     assert list(req["prompt_tokens"]) == [20, 30, 10]
@@ -428,7 +454,7 @@ def test_trace_is_replayed_in_time_order():
 
 
 def test_result_columns():
-    res = simulate(None, None, None, 10, 5, 50, arrival_rate=10.0, cost=FixedStep())
+    res = simulate(prompt_tokens=10, output_tokens=5, num_requests=50, arrival_rate=10.0, cost=FixedStep())
     for col in (
         "arrival_s",
         "queue_wait_s",
@@ -579,21 +605,25 @@ def test_a_closed_loop_spreads_a_fixed_output_length_by_default_and_says_so():
 
 def test_requests_beyond_the_model_window_are_refused_as_a_server_would():
     # Llama 2's context window is 4,096 tokens (Touvron et al., 2023, section 2.2)
-    at_window = simulate("Llama-2-7B", "H100 SXM", "bf16", 3996, 100, 20, arrival_rate=1.0)
+    at_window = simulate(
+        "Llama-2-7B", "H100 SXM", "bf16", prompt_tokens=3996, output_tokens=100, num_requests=20, arrival_rate=1.0
+    )
     assert len(at_window.requests) == 20
     with pytest.raises(ValueError, match=r"<= 4096 \(Llama-2-7B's context window.*20 of 20 requests exceed it"):
-        simulate("Llama-2-7B", "H100 SXM", "bf16", 3997, 100, 20, arrival_rate=1.0)
+        simulate(
+            "Llama-2-7B", "H100 SXM", "bf16", prompt_tokens=3997, output_tokens=100, num_requests=20, arrival_rate=1.0
+        )
     # some of a trace's requests (or a distribution's tail) beyond it: counted, the longest named, and
     # served all the same, with a warning
     trace = pd.DataFrame(
         {"arrival_s": [0.0, 1.0, 2.0], "prompt_tokens": [100, 5000, 4000], "output_tokens": [10, 10, 200]}
     )
     with pytest.warns(UserWarning, match="2 of 3 requests exceed it, the longest 5010 tokens; simulated as served"):
-        served = simulate("Llama-2-7B", "H100 SXM", "bf16", None, None, None, trace=trace)
+        served = simulate("Llama-2-7B", "H100 SXM", "bf16", trace=trace)
     assert len(served.requests) == 3
 
 
 def test_a_model_larger_than_the_gpu_has_a_kv_budget_of_zero():
     # 70.6 B bf16 parameters are 141 GB against an L4's 24 GB: nothing is left for KV
     with pytest.raises(ValueError, match=r"\(640\) must fit in the KV budget of 0 tokens per replica"):
-        simulate("Llama-3.1-70B", "L4", "bf16", 512, 128, 10, arrival_rate=1.0)
+        simulate("Llama-3.1-70B", "L4", "bf16", prompt_tokens=512, output_tokens=128, num_requests=10, arrival_rate=1.0)

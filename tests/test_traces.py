@@ -175,7 +175,7 @@ def test_the_code_service_is_burstier_than_any_preset_at_every_scale():
 
 def test_simulate_replays_the_trace_exactly():
     trace = toolkit.load_trace("azure-code-2023", start_s=300, duration_s=120)
-    result = toolkit.simulate("Llama-3.1-8B", "H100 SXM", "bf16", None, None, None, trace=trace, replicas=2)
+    result = toolkit.simulate("Llama-3.1-8B", "H100 SXM", "bf16", trace=trace, replicas=2)
     req = result.requests.sort_values("arrival_s", kind="stable")
     np.testing.assert_array_equal(req["arrival_s"].to_numpy(), trace["arrival_s"].to_numpy())
     np.testing.assert_array_equal(req["prompt_tokens"].to_numpy(), trace["prompt_tokens"].to_numpy())

@@ -45,6 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit status."""
+    # each subcommand's module loads here, so that ``import toolkit`` itself stays light
     from toolkit import __version__
     from toolkit._planning import cli as _planner
     from toolkit._report import cli as _report

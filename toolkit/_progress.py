@@ -60,6 +60,6 @@ def progress_bar(progress: bool | None, *, long: bool, total: int, desc: str, un
         show = long and sys.stderr.isatty()
     if not show:
         return _Silent(total)
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded only when a bar is shown
 
     return tqdm(total=total, desc=desc, unit=unit, leave=False, mininterval=0.5)

@@ -73,7 +73,7 @@ def main() -> None:
         a = tk.profile(server=server, progress=False)
         marks.append(host_state.sample(server.pid))
         with tempfile.TemporaryDirectory() as tmp:
-            _measure(server.base_url, None, None, Path(tmp), LOCAL_SWEEP, "sweep")
+            _measure(server.base_url, Path(tmp), LOCAL_SWEEP, "sweep")
         marks.append(host_state.sample(server.pid))
         b = tk.profile(server=server, progress=False)
         marks.append(host_state.sample(server.pid))

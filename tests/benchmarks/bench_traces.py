@@ -26,9 +26,7 @@ def _best(trace) -> tuple[float, float, object]:
     best_cpu = best_wall = float("inf")
     for _ in range(RUNS):
         wall, cpu = time.perf_counter(), time.process_time()
-        result = toolkit.simulate(
-            REFERENCE["model"], REFERENCE["gpu"], REFERENCE["quant"], None, None, None, trace=trace
-        )
+        result = toolkit.simulate(REFERENCE["model"], REFERENCE["gpu"], REFERENCE["quant"], trace=trace)
         best_cpu = min(best_cpu, time.process_time() - cpu)
         best_wall = min(best_wall, time.perf_counter() - wall)
     return best_cpu, best_wall, result

@@ -58,8 +58,6 @@ def _one_run() -> dict:
         # the report's sweep, its passes back to back (nothing between them)
         run = _measure(
             server.base_url,
-            None,
-            None,
             Path(tmp),
             LOCAL_SWEEP,
             "bench_verdict",

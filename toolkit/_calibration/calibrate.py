@@ -22,6 +22,7 @@ from toolkit._calibration.reference import combined_se, reference_rel_se
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import check_breaks
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["accuracy", "calibrate"]
 
@@ -41,11 +42,13 @@ def _gpu_name(gpu: object) -> str:
     return str(gpu)
 
 
+@positional_deprecated
 def calibrate(
     lanes_or_levels: object,
     model: object,
     gpu: object,
     quant: object,
+    *,
     tensor_parallel: int = 1,
     kv_dtype: object = "fp16",
     fit: Sequence[str] | None = None,
@@ -230,8 +233,8 @@ def _identified_fit(
     linearised standard error describes a symmetric interval that the bound cuts off, so neither its
     value nor its interval can be compared with another run's. Holding it at that bound is the
     bounded fit's own solution, so the other parameters do not move (holding ``serial_share`` at its
-    default 0.3 instead of the 1 a CPU profile fits moved ``mbu`` to its own bound and doubled the
-    residuals, 2026-12-04). Otherwise the worst one (no standard error at all counts as worst) is
+    default 0.3 instead of the 1 a CPU profile fits moves ``mbu`` to its own bound and doubles the
+    residuals). Otherwise the worst one (no standard error at all counts as worst) is
     held at its default and the rest refitted, until every fitted parameter is identified or none is
     left; a held parameter is never traded silently against another.
     """

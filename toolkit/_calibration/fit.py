@@ -10,10 +10,9 @@ they are not independent observations: the standard errors of a profile's fit ar
 and the plain estimate is reported. A run's between-wave spread, which is what moves a fit from one
 run to the next, then shows in its intervals instead of shrinking with the requests per wave.
 
-The host's speed also drifts on a scale longer than a wave: on this project's idle 2-core VM the
-prefill and batch cells of one pass over the design (about 15 s) ran fast or slow together (their
-per-pass times correlated 0.5-0.9 over 15 passes, 2026-12-04 20:06), so the waves of one pass are not
-independent either, and a fit's rates move with the pass's speed. A profile's passes (its
+The host's speed also drifts on a scale longer than a wave: on an idle 2-core VM the prefill and
+batch cells of one pass over the design (about 15 s) run fast or slow together (their per-pass times
+correlate 0.5-0.9; docs/validation.md), so the waves of one pass are not independent either, and a fit's rates move with the pass's speed. A profile's passes (its
 ``repeat``) each get a speed factor, estimated from the wave residuals by a two-way analysis of
 variance (cell by pass, the random-effects moment estimator); its variance, propagated through the
 fit as a common shift of every residual of the pass, is added to the wave-clustered covariance. A
@@ -24,8 +23,8 @@ tracked that factor (correlations 0.5 at most, removing under a tenth of the cel
 the drift is measured in the profile's own cells rather than corrected by a probe.
 
 That estimate covers the drift over the time the passes span. Passes run back to back (about a
-minute for three) missed the drift over several minutes, which is what moved two report runs in a
-row apart (``mbu`` 0.322 +- 0.014 and 0.360 +- 0.011, 2026-12-04 21:46-21:59); the report therefore
+minute for three) miss the drift over several minutes, which moves consecutive report runs apart by
+several of their intervals (``mbu`` 0.322 +- 0.014 against 0.360 +- 0.011); the report therefore
 spreads its profile's passes over the whole run, between the sweep's passes
 (:func:`toolkit._sweep.profile_cells.combine_passes`). A parameter that fits to a bound is held there
 (:mod:`toolkit._calibration.calibrate`): its linearised interval would be cut off by the bound.

@@ -23,6 +23,7 @@ from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
 from toolkit._queueing.simulator import simulate
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["predict_sweep"]
 
@@ -77,10 +78,12 @@ def _per_lane(name: str, value: object, lanes: int, low: float) -> np.ndarray:
     return arr
 
 
+@positional_deprecated
 def predict_sweep(
     model: object,
     gpu: object,
     quant: object,
+    *,
     prompt_tokens: object,
     output_tokens: object,
     lanes: int,
@@ -154,12 +157,9 @@ def predict_sweep(
     rows = []
     for limit in limits:
         result = simulate(
-            None,
-            None,
-            None,
-            lambda rng, n: new,
-            lambda rng, n: out,
-            lanes,
+            prompt_tokens=lambda rng, n: new,
+            output_tokens=lambda rng, n: out,
+            num_requests=lanes,
             concurrency=limit,
             max_batch=max_batch,
             max_num_batched_tokens=max_num_batched_tokens,

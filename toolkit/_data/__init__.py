@@ -33,7 +33,7 @@ def has_data(name: str) -> bool:
 
 @cache
 def _read(name: str) -> pd.DataFrame:
-    import pandas as pd
+    import pandas as pd  # a catalog read as rows (load_rows) needs no pandas
 
     path = data_file(name)
     if not path.is_file():

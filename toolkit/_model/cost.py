@@ -18,11 +18,12 @@ from toolkit._model.efficiency import _SCALARS, _nonneg
 from toolkit._model.memory import _max_seqs
 from toolkit._model.resolve import window_message, within_window
 from toolkit._model.terms import combine, step_parts, step_time, ttft_time
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["CostModel"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CostModel:
     """The serving cost model of one model on one GPU type, with every spec looked up once.
 
@@ -256,3 +257,8 @@ class CostModel:
         budget = {"kv_budget": self.kv_budget_bytes, "kv_layer_bytes": self.kv_layer_bytes}
         seqs = _max_seqs(self.model, budget, tokens, self.kv_block_tokens)
         return int(seqs[0]) if np.ndim(context_tokens) == 0 else seqs
+
+
+# The fields were positional before they were keyword-only: the old spelling works, with a
+# DeprecationWarning, for one release.
+CostModel.__init__ = positional_deprecated(CostModel.__init__)  # type: ignore[method-assign]

@@ -8,6 +8,7 @@ import pandas as pd
 from toolkit._args import check_array, check_int
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["batching_curve"]
 
@@ -19,11 +20,13 @@ def _default_batches(max_seqs: int) -> np.ndarray:
     return np.array(sorted(batches))
 
 
+@positional_deprecated
 def batching_curve(
     model: object,
     gpu: object,
     quant: object,
     context_tokens: int,
+    *,
     batch_sizes: object = None,
     tensor_parallel: int = 1,
     mbu: float | None = None,

@@ -23,7 +23,7 @@ _COPY_BYTES = 256 * 2**20
 _GEMM_N = 2048
 _REPEATS = 3
 # A sample whose rate lies more than this share below the best sample's fell in a dip (best_of_hosts):
-# on this project's 2-core VM the GEMM's dips read 135-234 GFLOP/s against 288-317 outside them.
+# on a 2-core VM the GEMM's dips read 135-234 GFLOP/s against 288-317 outside them.
 DIP_SHARE = 0.2
 # the host probe's bests in pairs of report runs in a row (best_of_hosts)
 RECORDED_PROBE_RUNS = "host_probe_runs.csv"
@@ -99,23 +99,23 @@ def best_of_hosts(rows: list[pd.DataFrame]) -> pd.DataFrame:
     minutes the samples span, with the dips, which say nothing about the capability, left out. The
     best of ``n`` samples from that spread varies less than one sample does (about 0.75 of the
     standard deviation for 3 normal samples), so this errs on the wide side. The data it rests on
-    (``tests/benchmarks/bench_host_probe.py``, 12 samples 15 s apart on this project's idle 2-core
-    VM, 2026-12-05 02:05, in reports/bench/host_probe.json): GEMM 291-312 GFLOP/s outside one dip
+    (``tests/benchmarks/bench_host_probe.py``, 12 samples 15 s apart on an idle 2-core VM, recorded
+    in reports/bench/host_probe.json): GEMM 291-312 GFLOP/s outside one dip
     at 234, copies 20.0-23.2 GB/s; the spread of all of them 2.3% (GEMM) and 3.6% (copy) of the
     best; each window of 3 consecutive samples, as the report takes them, got 0.6-3.8% and
     2.0-6.5%, while the windows' bests moved by 0.4% and 0.9% (standard deviation over the 4
     windows), so over minutes the estimate is wide, as the small number of samples (2 degrees of
-    freedom from 3) makes prudent; two report runs in a row saw their GEMM bests 3.6-4.6% apart
-    (2026-12-05 00:11 and 02:01), drift over longer than a window that this estimate does not
-    promise to cover.
+    freedom from 3) makes prudent; consecutive report runs see their GEMM bests a few percent apart
+    (3.6-4.6% in ``host_probe_runs.csv``), drift over longer than a window that this estimate does
+    not promise to cover.
 
     So that spread, from 2 degrees of freedom, is never taken below the run-to-run spread of a best
     measured beforehand (:func:`run_to_run_rel_sd`): the pooled variance of a well-characterised
-    measurement stands in for a small sample's own (GUM, JCGM 100:2008, 4.2.4). In eleven pairs of
-    report runs in a row on this project's VMs the GEMM's best moved by 4.0% and the copy's by 1.8%
-    (relative standard deviations), while single runs' own spreads ranged from 0.8% to 13%: a run
-    whose few samples happened to agree claimed an interval the next run's ``mfu`` fell outside
-    (2026-12-05 21:20 and 21:27: GEMM bests 0.303 and 0.329 TFLOPS, the first with 0.8% of its own).
+    measurement stands in for a small sample's own (GUM, JCGM 100:2008, 4.2.4). Over the pairs of
+    consecutive report runs in ``host_probe_runs.csv`` the GEMM's best moved by 4.0% and the copy's
+    by 1.8% (relative standard deviations), while single runs' own spreads ranged from 0.8% to 13%: a
+    run whose few samples happened to agree claimed an interval the next run's ``mfu`` fell outside
+    (GEMM bests 0.303 and 0.329 TFLOPS, the first with 0.8% of its own).
 
     Parameters
     ----------

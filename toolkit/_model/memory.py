@@ -55,6 +55,7 @@ from toolkit._model.resolve import (
     resolve_quant,
     within_window,
 )
+from toolkit._vocab.keywords import positional_deprecated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,11 +206,13 @@ def _max_seqs(
     return np.floor(np.maximum(budget["kv_budget"], 0.0) / per_seq).astype(int)
 
 
+@positional_deprecated
 def memory(
     model: object,
     gpu: object,
     quant: object,
     context_tokens: int,
+    *,
     tensor_parallel: int = 1,
     gpu_memory_utilization: float | None = None,
     kv_dtype: object = "fp16",
@@ -290,7 +293,7 @@ def memory(
     seq_bytes = float(_seq_kv_bytes(spec_model, budget["kv_layer_bytes"], np.array([context]), block)[0])
     max_seqs = int(_max_seqs(spec_model, budget, np.array([context]), block)[0])
     within = within_window(spec_model["max_context"], context)
-    import pandas as pd
+    import pandas as pd  # the planner sizes memory without pandas
 
     return pd.DataFrame(
         [

@@ -16,7 +16,7 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   percent of a 7-8B model): MBU as its sources publish it divides every parameter's bytes by the
   step time, so ``mbu`` keeps their meaning. Leaving the table out, with the efficiencies fitted to
   decode rates refitted, moved the dev half of published_measurements.csv nowhere (6.9%) and the
-  reference vLLM single stream from +2.3% to +9.0% (2026-12-06). An MoE reads
+  reference vLLM single stream from +2.3% to +9.0%. An MoE reads
   its shared weights and the experts the step's tokens route to; with ``t`` tokens each picking
   ``k`` of ``E`` experts independently and uniformly, the expected number of distinct experts
   touched is ``E (1 - (1 - k/E)^t)``: k at batch 1, approaching E as the batch grows (real routers
@@ -83,14 +83,17 @@ from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import _efficiencies, engine_efficiencies
 from toolkit._model.memory import _check_tensor_parallel, efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_kv_dtype, resolve_model, resolve_quant
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["cost_model", "ttft_ms"]
 
 
+@positional_deprecated
 def cost_model(
     model: object,
     gpu: object,
     quant: object,
+    *,
     tensor_parallel: int = 1,
     kv_dtype: object = "fp16",
     calibration: object = None,
@@ -98,7 +101,6 @@ def cost_model(
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
     request_overhead_ms: float | None = None,
-    *,
     backend: object = None,
     gpu_memory_utilization: float | None = None,
     max_num_batched_tokens: int | None = None,
@@ -147,10 +149,9 @@ def cost_model(
     allreduce_latency_us : float, optional
         Latency of one all-reduce (us).
     serial_share : float, optional
-        Share of the smaller of a step's memory and compute times that is added to the larger, in
-        [0, 1]: 0 is the roofline (loads and math fully overlapped), 1 a CPU core that does one
-        after the other; the default 0.3 is fitted to this project's H200, where a step's kernels
-        are each memory- or compute-bound on their own.
+        Share of the smaller of a step's memory and compute times added to the larger, in [0, 1]: 0
+        is the roofline (loads and math overlapped), 1 a CPU core doing one after the other; the
+        default 0.3 is fitted to an H200, whose kernels are each memory- or compute-bound alone.
     batched_mbu_factor : float, optional
         ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
         weights at one efficiency whatever the step; below 1 for an engine whose single-token step
@@ -159,14 +160,12 @@ def cost_model(
         Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
         scheduler's per-request work, which grow with the batch.
     attention_score_bytes : float, optional
-        Bytes of attention-score traffic per causal (query, key) pair and head (>= 0) for an engine
-        that materialises the scores (0: a fused kernel keeps them on chip); paid after the step's
-        roofline, at ``mbu`` of the bandwidth.
+        Bytes of attention-score traffic per causal (query, key) pair and head (>= 0) for an engine that
+        materialises the scores (0: a fused kernel keeps them on chip); paid after the roofline at ``mbu``.
     dequant_gemm_tokens : float, optional
-        Steps of more than this many tokens convert weight-only-format weights (GGUF blocks, int4)
-        to a 16-bit copy before 16-bit GEMMs (>= 0; 0: never, the packed weights are read as they
-        are): the conversion's traffic (packed read, copy written) is paid after the step's
-        roofline at ``mbu``, and the GEMMs read the copy.
+        Steps of more than this many tokens convert weight-only-format weights (GGUF blocks, int4) to
+        a 16-bit copy before 16-bit GEMMs (>= 0; 0: never): the conversion's traffic (packed read,
+        copy written) is paid after the step's roofline at ``mbu``, and the GEMMs read the copy.
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -202,7 +201,10 @@ def cost_model(
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )
     util, act_tokens, reserved = _memory_settings(
-        gpu_memory_utilization, max_num_batched_tokens, reserved_gb, spec_backend
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
+        reserved_gb=reserved_gb,
+        backend=spec_backend,
     )
     if tp > 1 and not spec_gpu["interconnect_gb_s"] > 0:
         raise ValueError("gpu['interconnect_gb_s'] must be > 0 for tensor_parallel > 1")
@@ -236,7 +238,11 @@ def cost_model(
 
 
 def _memory_settings(
-    gpu_memory_utilization: float | None, max_num_batched_tokens: int | None, reserved_gb: float | None, backend
+    *,
+    gpu_memory_utilization: float | None = None,
+    max_num_batched_tokens: int | None = None,
+    reserved_gb: float | None = None,
+    backend: object = None,
 ) -> tuple[float, int, float]:
     """(memory utilisation, activation tokens, runtime reserve GB): given, the backend's or the defaults."""
     util = check_number(
@@ -256,11 +262,13 @@ def _memory_settings(
     return util, act_tokens, check_number("reserved_gb", reserved_gb, low=0)
 
 
+@positional_deprecated
 def ttft_ms(
     model: object,
     gpu: object,
     quant: object,
     prompt_tokens: object,
+    *,
     tensor_parallel: int = 1,
     mfu: float | None = None,
     mbu: float | None = None,

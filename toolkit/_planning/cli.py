@@ -11,6 +11,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from toolkit._vocab.metrics import quantile_column
+
 if TYPE_CHECKING:  # numpy and the planner load when a plan runs, not for --help or a usage error
     import numpy as np
 
@@ -98,6 +100,7 @@ def _question(args: argparse.Namespace) -> dict[str, Any]:
 def _run_cli(args: argparse.Namespace) -> int:
     import numpy as np
 
+<<<<<<< HEAD
     from toolkit._args import check_int
     from toolkit._planning.inputs import _percentile_label
     from toolkit._planning.pareto import _front
@@ -105,6 +108,12 @@ def _run_cli(args: argparse.Namespace) -> int:
 
     check_int("--top", args.top, low=1)
     latency = f"e2e_p{_percentile_label(args.percentile)}_ms"
+=======
+    from toolkit._planning.pareto import _front
+    from toolkit._planning.planner import _plan_columns
+
+    latency = quantile_column("e2e", args.percentile, "ms")
+>>>>>>> api
     if args.json:
         return _print_json(args, latency)
     columns, bar, _ = _plan_columns(**_question(args), calibration=None, verify=None)

@@ -10,6 +10,7 @@ from toolkit._planning.gamma import log_factorial
 from toolkit._planning.grid import _Grid
 from toolkit._planning.inputs import _CHECKS, _CONSTRAINTS, _poisson_quantile, length_quantile
 from toolkit._queueing.closed_forms import _waits
+from toolkit._vocab.metrics import LATENCY_METRICS
 
 __all__: list[str] = []
 
@@ -17,9 +18,9 @@ __all__: list[str] = []
 class _Evaluator:
     """Latency, utilisation and the SLO checks of candidates at given replica counts (array math)."""
 
-    def __init__(self, grid: _Grid, arrival_rate, output_tokens, cs2, percentile, slos, iterations, arrival_ca2=1.0):
+    def __init__(self, grid: _Grid, arrival_rate, output_tokens, cs2, percentile, slos, iterations, ca2=1.0):
         self.g = grid
-        self.arrival_ca2 = arrival_ca2  # of the whole stream; a replica sees it split round robin
+        self.ca2 = ca2  # of the whole stream; a replica sees it split round robin
         self.rate = arrival_rate
         self.output = output_tokens
         self.cs2 = cs2
@@ -122,7 +123,7 @@ class _Evaluator:
         wait = np.full(idx.size, np.inf)
         if stable.any():
             wait[stable] = self._wait(
-                out["lam"][stable], out["service_s"][stable], out["c"][stable], self.arrival_ca2 / replicas[stable]
+                out["lam"][stable], out["service_s"][stable], out["c"][stable], self.ca2 / replicas[stable]
             )
         out["mean_tpot_ms"] = out.pop("tpot_ms")
         out["tpot_ms"] = np.where(stable, self._tail_tpot(idx, out), np.inf)
@@ -210,7 +211,7 @@ def _fewest_replicas(
 
 
 # what plans read of an evaluation (see fleet_columns)
-_KEPT = ("lam", "utilization", "ttft_ms", "tpot_ms", "e2e_ms", *_CHECKS, "meets")
+_KEPT = ("lam", "utilization", *(f"{metric}_ms" for metric in LATENCY_METRICS), *_CHECKS, "meets")
 
 
 def _search(

@@ -93,7 +93,7 @@ def _radix(keys: np.ndarray, bound: int) -> np.ndarray:
 
 def _text(values: np.ndarray, index: np.ndarray) -> object:
     """The pandas text array of ``values[index]``, with the dtype pandas infers for strings."""
-    import pandas as pd
+    import pandas as pd  # the command line prints plans without pandas
 
     return pd.Series(values, copy=False).array.take(index)
 

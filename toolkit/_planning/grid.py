@@ -234,7 +234,7 @@ def _build_grid(
     model["tied_embeddings"] = _columns(models, ("tied_embeddings",), mi)["tied_embeddings"].astype(int)
     gpu = _columns(gpus, _GPU_FIELDS, gi)
     quant = _columns(quants, ("bits_per_weight", "compute", "weight_read_efficiency"), qi)
-    util, act_tokens, _ = _memory_settings(None, None, None, None)
+    util, act_tokens, _ = _memory_settings()
     reserved = np.array([b["reserved_gb"] for b in backend_specs], dtype=float)
     kv_fraction = np.array([b["kv_free_fraction"] for b in backend_specs], dtype=float)
     constants = cost_constants(

@@ -13,11 +13,12 @@ from toolkit._args import check_int, is_pandas
 from toolkit._data import load_rows
 from toolkit._model.resolve import resolve_model, resolve_quant
 from toolkit._planning.gamma import gamma_quantile
+from toolkit._vocab.metrics import LATENCY_METRICS
 
 __all__: list[str] = []
 
 
-_CHECKS = ("capacity", "slo_ttft", "slo_tpot", "slo_e2e")
+_CHECKS = ("capacity", *(f"slo_{metric}" for metric in LATENCY_METRICS))
 # every binding constraint a plan can name; the checks first, so a check's position is its code
 _CONSTRAINTS = (*_CHECKS, "budget", "kv_memory", "max_batch")
 
@@ -113,10 +114,6 @@ def _specs(argument: str, value: object, catalog: str, resolve) -> list[dict[str
     if not specs:
         raise ValueError(f"{argument} must name at least one entry")
     return specs
-
-
-def _percentile_label(percentile: float) -> str:
-    return f"{100 * percentile:g}"
 
 
 def _degrees(tensor_parallel: Iterable[int] | int) -> list[int]:

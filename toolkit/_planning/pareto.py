@@ -64,7 +64,7 @@ def pareto(
         on an objective is the lexicographic best (ties broken by the other objectives in order),
         together with any row exactly equal to it on every objective.
     """
-    import pandas as pd
+    import pandas as pd  # the command line's frontier (_front) needs no pandas
 
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"df must be a pandas DataFrame, got {type(df).__name__}")

@@ -53,11 +53,14 @@ from toolkit._data import load_rows
 from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._planning.evaluate import _Evaluator
-from toolkit._planning.fleets import fleet_columns
+from toolkit._planning.fleets import _text, fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
-from toolkit._planning.inputs import _constants, _degrees, _percentile_label, _specs
+from toolkit._planning.inputs import _constants, _degrees, _specs
 from toolkit._planning.no_plan import no_plan_reason
 from toolkit._progress import check_progress, progress_bar
+from toolkit._vocab.keywords import positional_deprecated
+from toolkit._vocab.load import Load
+from toolkit._vocab.metrics import LATENCY_METRICS, quantile_column
 
 if TYPE_CHECKING:  # pandas loads for the table plan() returns, not for the command line's
     import pandas as pd
@@ -68,10 +71,12 @@ __all__ = ["plan"]
 LONG_GRID = 2000
 
 
+@positional_deprecated
 def plan(
     arrival_rate: float,
     prompt_tokens: int,
     output_tokens: int,
+    *,
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
     slo_e2e_ms: float | None = None,
@@ -191,9 +196,7 @@ def plan(
         progress=progress,
     )
     try:
-        import pandas as pd
-
-        from toolkit._planning.fleets import _text
+        import pandas as pd  # not at the top: the command line prints the columns without pandas
 
         texts = {name: _text(*column) for name, column in columns.items() if isinstance(column, tuple)}
         table = pd.DataFrame({name: texts.get(name, column) for name, column in columns.items()}, copy=False)
@@ -239,13 +242,13 @@ def _plan_columns(
     output = check_int("output_tokens", output_tokens, low=1, high=MAX_TOKENS)
     slos = {
         name: None if value is None else check_number(f"{name}_ms", value, low=0, low_inclusive=False)
-        for name, value in (("slo_ttft", slo_ttft_ms), ("slo_tpot", slo_tpot_ms), ("slo_e2e", slo_e2e_ms))
+        for name, value in zip((f"slo_{m}" for m in LATENCY_METRICS), (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
     }
     pct = check_number("percentile", percentile, low=0, high=1, low_inclusive=False, high_inclusive=False)
     tps = _degrees(tensor_parallel)
     replicas_max = check_int("max_replicas", max_replicas, low=1, high=100_000)
     trace = workload if is_pandas(workload, "DataFrame") else None
-    workload, cs2, arrival_ca2, underestimated = _variability(workload)
+    workload, cs2, ca2, underestimated = _variability(workload)
     if verify is not None:
         check_choice("verify", verify, ("simulate",))
     hit = check_number("prefix_cache_hit_rate", prefix_cache_hit_rate, low=0, high=1, high_inclusive=False)
@@ -278,27 +281,28 @@ def _plan_columns(
         )
         bar.update()
         const = _constants()
-        ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), arrival_ca2)
-        e2e = f"e2e_p{_percentile_label(pct)}_ms"
+        ev = _Evaluator(grid, rate, output, cs2, pct, slos, int(const["implied_batch_iterations"]), ca2)
+        e2e = quantile_column("e2e", pct, "ms")
         columns = fleet_columns(ev, grid, replicas_max, output, budget, const, e2e, (workload, cs2, underestimated))
         if not len(columns["meets_slo"]):
             reason = no_plan_reason(specs, tuple(tps), prompt + output, grid.cfg.size, replicas_max, rate)
-            warnings.warn(f"no plan: {reason}", UserWarning, stacklevel=3)
+            warnings.warn(f"no plan: {reason}", UserWarning, stacklevel=4)  # plan's caller, past its wrapper
         bar.update()
     except BaseException:
         bar.close()
         raise
-    replay = None if not replays else (dict(trace=trace, rate=rate, prompt=prompt, output=output, cs2=cs2), pct, slos)
+    load = Load(arrival_rate=rate, prompt_tokens=prompt, output_tokens=output, ca2=ca2, cs2=cs2, trace=trace)
+    replay = None if not replays else (load, pct, slos)
     return columns, bar, replay
 
 
 def _variability(workload: str | pd.DataFrame) -> tuple[str, float, float, bool]:
     """(label, service cs2, arrival ca2, whether the closed form under-estimates its tail)."""
     if is_pandas(workload, "DataFrame"):
-        from toolkit._planning.workload import trace_variability
+        from toolkit._planning.workload import trace_variability  # pandas: only a trace's frame needs it
 
-        cs2, arrival_ca2 = trace_variability(workload)
-        return "trace", cs2, arrival_ca2, True  # the trace is replayed in the simulator afterwards
+        cs2, ca2 = trace_variability(workload)
+        return "trace", cs2, ca2, True  # the trace is replayed in the simulator afterwards
     presets = {row["preset"]: row for row in load_rows("workloads.csv")}  # workload_presets(), as rows
     check_choice("workload", workload, tuple(presets))
     underestimated = str(presets[workload]["tail_underestimated"]).lower() == "true"

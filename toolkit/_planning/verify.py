@@ -19,10 +19,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from toolkit._planning.inputs import _percentile_label
 from toolkit._planning.pareto import pareto
 from toolkit._queueing.sim_result import known_unstable
 from toolkit._scale.grid import simulate_grid
+from toolkit._vocab.load import Load
+from toolkit._vocab.metrics import LATENCY_METRICS, ms_from_s, quantile_column
 
 __all__: list[str] = []
 
@@ -32,23 +33,28 @@ SIMULATED_PLANS = 8
 VERIFY_REQUESTS = 4000
 # closed form and simulation "disagree" beyond this relative difference at the SLO percentile
 DISAGREE_REL = 0.25
-SIM_COLUMNS = ("sim_ttft_ms", "sim_tpot_ms", "sim_e2e_ms")
+SIM_COLUMNS = tuple(f"sim_{metric}_ms" for metric in LATENCY_METRICS)
 
 
-def synthetic_load(rate: float, prompt: int, output: int, cs2: float) -> dict:
+def synthetic_load(load: Load) -> dict:
     """``simulate`` arguments of ``VERIFY_REQUESTS`` Poisson arrivals shaped like the planned request."""
-    if cs2 == 0:
-        lengths: object = output
-    elif cs2 == 1:
-        lengths = ("geometric", output)
+    if load.cs2 == 0:
+        lengths: object = load.output_tokens
+    elif load.cs2 == 1:
+        lengths = ("geometric", load.output_tokens)
     else:
-        lengths = ("lognormal", output, math.sqrt(cs2))
-    return {"arrival_rate": rate, "prompt_tokens": prompt, "output_tokens": lengths, "num_requests": VERIFY_REQUESTS}
+        lengths = ("lognormal", load.output_tokens, math.sqrt(load.cs2))
+    return {
+        "arrival_rate": load.arrival_rate,
+        "prompt_tokens": load.prompt_tokens,
+        "output_tokens": lengths,
+        "num_requests": VERIFY_REQUESTS,
+    }
 
 
 def verify_plans(
     table: pd.DataFrame,
-    request: dict,
+    load: Load,
     per_backend: bool,
     percentile: float,
     slos: dict,
@@ -61,18 +67,12 @@ def verify_plans(
     elsewhere); a simulation that failed leaves them missing and says why in ``warnings``, one whose
     queue grew through the run (``stable`` False) does not meet the SLOs and says so there.
 
-    ``request`` describes the load: ``trace`` (a frame or None), ``rate`` (requests/s), ``prompt``
-    and ``output`` (tokens), ``cs2`` (output-length variance); ``per_backend`` simulates the
+    ``load`` is what arrives (its ``trace``, or its ``arrival_rate``, token lengths and ``cs2``, the
+    output-length variance); ``per_backend`` simulates the
     ``SIMULATED_PLANS`` cheapest frontier plans of each backend, otherwise of all.
     """
-    trace = request["trace"]
-    load = (
-        {"trace": trace, "warmup_fraction": 0.0}
-        if trace is not None
-        else synthetic_load(request["rate"], request["prompt"], request["output"], request["cs2"])
-    )
-    label = _percentile_label(percentile)
-    e2e = f"e2e_p{label}_ms"
+    requests = {"trace": load.trace, "warmup_fraction": 0.0} if load.trace is not None else synthetic_load(load)
+    e2e = quantile_column("e2e", percentile, "ms")
     out = table.copy()
     for col in SIM_COLUMNS:
         out[col] = np.nan
@@ -93,7 +93,7 @@ def verify_plans(
             "tensor_parallel": int(row["tensor_parallel"]),
             "replicas": int(row["replicas"]),
             "calibration": calibration,
-            **load,
+            **requests,
         }
         for _, row in front.iterrows()
     ]
@@ -107,10 +107,9 @@ def verify_plans(
         if sim["error"] is not None:
             warn(label_, f"simulation failed: {sim['error']}")
             continue
-        ms = {m: float(sim[f"{m}_p{label}_s"]) * 1e3 for m in ("ttft", "tpot", "e2e")}
-        out.loc[label_, list(SIM_COLUMNS)] = [ms["ttft"], ms["tpot"], ms["e2e"]]
-        limits = {"slo_ttft": ms["ttft"], "slo_tpot": ms["tpot"], "slo_e2e": ms["e2e"]}
-        meets = all(slos[k] is None or limits[k] <= slos[k] for k in limits)
+        ms = {m: ms_from_s(float(sim[quantile_column(m, percentile, "s")])) for m in LATENCY_METRICS}
+        out.loc[label_, list(SIM_COLUMNS)] = [ms[m] for m in LATENCY_METRICS]
+        meets = all(slos[f"slo_{m}"] is None or ms[m] <= slos[f"slo_{m}"] for m in LATENCY_METRICS)
         if known_unstable(sim["stable"]):  # latencies that grow with the run meet no SLO
             warn(label_, "simulation unstable: its queue grew through the run")
             meets = False

@@ -21,6 +21,7 @@ import numpy as np
 
 from toolkit._args import check_array
 from toolkit._data import load_csv
+from toolkit._vocab.keywords import positional_deprecated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,22 +176,22 @@ def _tail_warning(cs2: np.ndarray) -> None:
         f"against simulation ({sizes}). Worst for hyperexponential service at utilisation 0.3-0.5 (see "
         "compare_wait_models); check with simulate() or a load test",
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # queue_wait's caller, past its keyword wrapper (toolkit._vocab.keywords)
     )
 
 
 def _waits(
-    lam: np.ndarray, svc: np.ndarray, c: np.ndarray, a2: object, s2: object, qs: np.ndarray
+    lam: np.ndarray, svc: np.ndarray, c: np.ndarray, ca2: object, cs2: object, qs: np.ndarray
 ) -> dict[str, object]:
     """The closed form behind :func:`queue_wait` on validated arrays (``lam``, ``svc``, ``c`` of one
-    shape; ``a2``, ``s2`` broadcast to it): ``utilization``, ``p_wait``, ``wait_mean_s``, ``stable``
+    shape; ``ca2``, ``cs2`` broadcast to it): ``utilization``, ``p_wait``, ``wait_mean_s``, ``stable``
     and ``waits``, one array per quantile in ``qs``. No validation, warning or DataFrame, for callers
     that evaluate it many times (the planner)."""
     load = lam * svc
     rho = load / c
     stable = rho < 1.0
     p_wait = _erlang_c(c, load)
-    factor = (a2 + s2) / 2.0
+    factor = (ca2 + cs2) / 2.0
     with np.errstate(divide="ignore", invalid="ignore"):
         theta = np.where(stable, factor * svc / (c - load), np.inf)  # factor / (c*mu - lambda)
         wait_mean = np.where(stable, p_wait * theta, np.inf)
@@ -202,9 +203,11 @@ def _waits(
     return {"utilization": rho, "p_wait": p_wait, "wait_mean_s": wait_mean, "stable": stable, "waits": waits}
 
 
+@positional_deprecated
 def queue_wait(
     arrival_rate: object,
     service_time_s: object,
+    *,
     servers: object = 1,
     ca2: object = 1.0,
     cs2: object = 1.0,
@@ -278,8 +281,8 @@ def queue_wait(
     lam = _numbers("arrival_rate", arrival_rate, low=0)
     svc = _numbers("service_time_s", service_time_s, low=0, low_inclusive=False)
     c = _as_servers("servers", servers)
-    a2 = _numbers("ca2", ca2, low=0)
-    s2 = _numbers("cs2", cs2, low=0)
+    ca2 = _numbers("ca2", ca2, low=0)
+    cs2 = _numbers("cs2", cs2, low=0)
     try:
         qs = np.asarray(percentiles, dtype=float).ravel()
     except (TypeError, ValueError):
@@ -290,16 +293,16 @@ def queue_wait(
     if len(set(names)) != len(names):
         raise ValueError(f"percentiles must be distinct, got {percentiles!r}")
     try:
-        lam, svc, c, a2, s2 = (x.ravel() for x in np.broadcast_arrays(lam, svc, c, a2, s2))
+        lam, svc, c, ca2, cs2 = (x.ravel() for x in np.broadcast_arrays(lam, svc, c, ca2, cs2))
     except ValueError:
         raise ValueError("arrival_rate, service_time_s, servers, ca2 and cs2 must broadcast to one shape") from None
-    _tail_warning(s2)
-    core = _waits(lam, svc, c, a2, s2, qs)
-    out = {"arrival_rate": lam, "service_time_s": svc, "servers": c, "ca2": a2, "cs2": s2}
+    _tail_warning(cs2)
+    core = _waits(lam, svc, c, ca2, cs2, qs)
+    out = {"arrival_rate": lam, "service_time_s": svc, "servers": c, "ca2": ca2, "cs2": cs2}
     out.update((name, core[name]) for name in ("utilization", "p_wait", "wait_mean_s"))
     out.update(zip(names, core["waits"]))
     out["stable"] = core["stable"]
-    out["method"] = _method(c, a2, s2)
-    import pandas as pd
+    out["method"] = _method(c, ca2, cs2)
+    import pandas as pd  # the planner and the command line use the closed form without pandas
 
     return pd.DataFrame(out)

@@ -8,15 +8,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from toolkit._vocab.metrics import SIMULATED_METRICS
+
 __all__ = ["SimulationResult"]
 
-# the latencies summarised, each as mean, p50, p95 and p99 (s)
-_METRICS = ("queue_wait", "ttft", "tpot", "e2e")
+# the latencies summarised (SIMULATED_METRICS), each as mean, p50, p95 and p99 (s)
+
 # An open-loop run is unstable where the queue wait rises by more than this many seconds per second of
 # arrivals. An engine offered rho times the mu requests/s it serves builds a backlog of (rho - 1) mu t by
 # time t, which a request arriving then waits out: (rho - 1) t, so the rise is rho - 1. A stable queue
-# rises by chance too, most in short runs near saturation: in 40 M/D/1 runs each (2026-12-06), at rho 0.9
-# 2 runs of 300 requests rose above 0.05 and none of 3,000 (at most 0.002); at rho 1.1 every run of 3,000.
+# rises by chance too, most in short runs near saturation: in simulated M/D/1 queues at rho 0.9, about 5%
+# of runs of 300 requests rise above 0.05 and no run of 3,000 (they stay below 0.002); at rho 1.1 every
+# run of 3,000 does.
 UNSTABLE_GROWTH = 0.05
 # fewest measured requests whose first and last thirds are compared
 MIN_GROWTH_REQUESTS = 30
@@ -122,7 +125,7 @@ def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_bu
     t0 = float(np.nanmin(arrival))
     span = float(np.nanmax(arrival + measured("e2e_s"))) - t0
     summary: dict[str, Any] = {"requests": arrival.size}
-    for metric in _METRICS:
+    for metric in SIMULATED_METRICS:
         mean, p50, p95, p99 = _percentiles(measured(f"{metric}_s"))
         summary.update(
             {

@@ -42,6 +42,7 @@ from toolkit._queueing.clock import _Clock
 from toolkit._queueing.engine import _Engine
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load, check_fits
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["simulate"]
 
@@ -82,13 +83,15 @@ def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backe
     return cost
 
 
+@positional_deprecated
 def simulate(
-    model: object,
-    gpu: object,
-    quant: object,
-    prompt_tokens: object,
-    output_tokens: object,
-    num_requests: int | None,
+    model: object = None,
+    gpu: object = None,
+    quant: object = None,
+    *,
+    prompt_tokens: object = None,
+    output_tokens: object = None,
+    num_requests: int | None = None,
     arrival_rate: float | None = None,
     concurrency: int | None = None,
     max_batch: int = 256,
@@ -123,14 +126,15 @@ def simulate(
     Parameters
     ----------
     model, gpu, quant : str or spec
-        As for :func:`toolkit.cost_model`; ignored (may be None) when ``cost`` is given.
+        As for :func:`toolkit.cost_model`; left out when ``cost`` is given. Every other argument
+        is keyword-only.
     prompt_tokens, output_tokens : int, tuple or callable
         Tokens per request: an int (fixed), ``("geometric", mean)`` (1, 2, ... with that mean:
         geometric output lengths make the service time nearly exponential), ``("lognormal", mean,
         cv)`` (rounded, at least 1), or ``callable(rng, n)`` returning ``n`` integers >= 1. Every
-        count, and a mean, is at most 10**9. None with a ``trace``.
+        count, and a mean, is at most 10**9. Left out with a ``trace``.
     num_requests : int
-        Requests to simulate (1 to 10**7); None with a ``trace`` (its rows are the requests).
+        Requests to simulate (1 to 10**7); left out with a ``trace`` (its rows are the requests).
     arrival_rate : float, optional
         Open loop: mean arrival rate in requests per second over all replicas.
     concurrency : int, optional

@@ -12,6 +12,7 @@ import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._queueing.closed_forms import MAX_SERVERS, queue_wait
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["compare_wait_models"]
 
@@ -58,8 +59,10 @@ def _families(cs2: float, distributions: Sequence[str]) -> list[str]:
     return [d for d in distributions if d == "gamma" or cs2 > 1]
 
 
+@positional_deprecated
 def compare_wait_models(
     utilizations: Sequence[float] = (0.3, 0.5, 0.7, 0.8, 0.9, 0.95),
+    *,
     cs2_values: Sequence[float] = (0, 1, 4, 8),
     servers: int = 1,
     num_requests: int = 1_000_000,

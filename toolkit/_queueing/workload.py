@@ -106,7 +106,7 @@ def check_fits(request_tokens: np.ndarray, cm: object, kv_tokens: int, slack_tok
             f"{message}; simulated as served, where a server refuses them (cap the distribution or leave "
             "them out of the trace)",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # simulate's caller, past its keyword wrapper (toolkit._vocab.keywords)
         )
     if largest + slack_tokens > kv_tokens:
         raise ValueError(
@@ -122,20 +122,20 @@ def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurr
     if sum(given) != 1:
         raise ValueError("give exactly one of arrival_rate (open loop), concurrency (closed loop) or trace")
     check_choice("arrivals", arrivals, ARRIVALS)
-    burst = check_number("ca2", ca2, low=0, low_inclusive=False, high=MAX_CA2)
-    if arrivals == "poisson" and burst != 1.0:
+    ca2 = check_number("ca2", ca2, low=0, low_inclusive=False, high=MAX_CA2)
+    if arrivals == "poisson" and ca2 != 1.0:
         raise ValueError("ca2 applies to arrivals='gamma' only (Poisson inter-arrivals have cv^2 = 1)")
     if trace is not None:
         if prompt_tokens is not None or output_tokens is not None or num_requests is not None:
-            raise ValueError("with a trace, prompt_tokens, output_tokens and num_requests must be None")
+            raise ValueError("with a trace, leave out prompt_tokens, output_tokens and num_requests (None)")
         arrival, prompt, output = _trace_columns(trace)
         return arrival, prompt, output
     n = check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS)
     if arrival_rate is not None:
         rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
-        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrivals=arrivals, ca2=burst))
+        arrival = np.cumsum(inter_arrival_gaps_s(rng, n, rate, arrivals=arrivals, ca2=ca2))
         if arrivals == "gamma":
-            check_burst(n, rate, burst, n / arrival[-1] if arrival[-1] > 0 else np.inf)
+            check_burst(n, rate, ca2, n / arrival[-1] if arrival[-1] > 0 else np.inf)
     else:
         check_int("concurrency", concurrency, low=1)
         arrival = None

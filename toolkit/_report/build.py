@@ -107,7 +107,14 @@ def build_report(
     bar = tqdm(total=4, desc="report", unit="step", disable=not progress)
     bar.set_postfix_str("measuring")
     if base_url:
-        run = _measure(base_url, model, api_key, out, REMOTE_SWEEP, f"{model or 'server'} at {_display_url(base_url)}")
+        run = _measure(
+            base_url,
+            out,
+            REMOTE_SWEEP,
+            f"{model or 'server'} at {_display_url(base_url)}",
+            model=model,
+            api_key=api_key,
+        )
     elif recorded:
         run = _recorded_run()
     else:

@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 
 from toolkit._args import check_int
+from toolkit._planning.pareto import pareto
 from toolkit._report.panels import (
     _CONFIG_COLUMNS,
     BAR_COLOR,
@@ -234,7 +235,6 @@ def frontier_chart(
     """
     latency = latency or _latency_column(candidates)
     _require(candidates, (cost, latency), "candidates")
-    from toolkit._planning.pareto import pareto
 
     if frontier is None:
         frontier = pareto(candidates, minimize=(cost, latency))

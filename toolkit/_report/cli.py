@@ -42,7 +42,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from toolkit._report.build import build_report
+    from toolkit._report.build import build_report  # pandas, altair and the rest load when a report is built
 
     index = build_report(
         out_dir=args.out_dir,

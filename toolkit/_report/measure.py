@@ -13,7 +13,15 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from toolkit._data import load_csv
+from toolkit._model.host import best_of_hosts, measure_host
+from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, HELD_OUT_UTILISATION, held_out_time_scale
+from toolkit._sweep import host_state
 from toolkit._sweep.host_state import BUSY_OPENING, BUSY_OTHER_SHARE
+from toolkit._sweep.profile_cells import combine_passes as combine_profile_passes
+from toolkit._sweep.prompts import lane_prompts
+from toolkit._sweep.result import combine_passes
+from toolkit._validation.closed_loop import RECORDED_HOST, RECORDED_LANES, RECORDED_LEVELS
+from toolkit._workload.traces import load_trace
 
 __all__ = ["notebook_levels"]
 
@@ -67,8 +75,6 @@ class _Run:
 
 def _recorded_run() -> _Run:
     """The llama-server sweep recorded in the package data (by the sweep harness, with its host)."""
-    from toolkit._validation.closed_loop import RECORDED_HOST, RECORDED_LANES, RECORDED_LEVELS
-
     recorded = load_csv(RECORDED_CONDITIONS).set_index("key")["value"]
     conditions = {"source": f"the run recorded in the package data ({RECORDED_LEVELS}); no server was started"}
     conditions.update({key: str(recorded[key]) for key in RECORDED_SHOWN if key in recorded.index})
@@ -87,18 +93,14 @@ def _measure_local(out: Path) -> _Run:
     intervals of the fit (the drift between the profile's passes, :mod:`toolkit._calibration.fit`)
     and of the verdicts (the spread of a level's repeats, :mod:`toolkit._sweep.verdict_interval`)
     are measured from repeats; run back to back, repeats a few seconds apart miss the drift of the
-    server's speed over minutes (about 10% on this project's idle 2-core VM, 2026-12-04), which moved
-    two runs in a row apart by several of those intervals. Spread over the run, the repeats sample
+    server's speed over minutes (about 10% on an idle 2-core VM), which moves consecutive runs apart
+    by several of those intervals. Spread over the run, the repeats sample
     the same minutes another run would, at the same cost.
     """
-    from toolkit._model.host import best_of_hosts, measure_host
-    from toolkit._report.held_out import HELD_OUT_TRACE, HELD_OUT_TRACE_NAME, HELD_OUT_UTILISATION, held_out_time_scale
-    from toolkit._sweep import host_state
+    # the HTTP client (httpx) loads only when a server is measured, not for a recorded report
     from toolkit._sweep.llama_server import LlamaServer, server_version
     from toolkit._sweep.profile import profile
-    from toolkit._sweep.profile_cells import combine_passes
     from toolkit._sweep.replay import replay_trace
-    from toolkit._workload.traces import load_trace
 
     # the host's rates are the best of samples spread over the run (best_of_hosts says why): one before
     # the server starts, one after the first sweep pass and one after the last, each while the server
@@ -113,10 +115,8 @@ def _measure_local(out: Path) -> _Run:
             passes.append(profile(server=server, repeats=1, progress=False))
             samples.append(measure_host())
 
-        run = _measure(
-            server.base_url, None, None, out, LOCAL_SWEEP, label, server_pid=pid, between=between_sweep_passes
-        )
-        profiled = combine_passes(passes)
+        run = _measure(server.base_url, out, LOCAL_SWEEP, label, server_pid=pid, between=between_sweep_passes)
+        profiled = combine_profile_passes(passes)
         host = best_of_hosts(samples)
         swept = host_state.sample(pid)
         scale, load = held_out_time_scale(profiled, host, max_batch=LOCAL_SWEEP["lanes"])
@@ -140,7 +140,7 @@ def _measure_local(out: Path) -> _Run:
     )
     run.replay_load = {"time_scale": scale, "predicted_utilisation": load}
     run.host = host
-    run.profile = combine_passes(passes)
+    run.profile = combine_profile_passes(passes)
     run.replay_passes = (passes[-2], passes[-1])
     run.others["trace replay"] = host_state.conditions(swept, replayed)["other_cpu_share"]
     return run
@@ -148,12 +148,12 @@ def _measure_local(out: Path) -> _Run:
 
 def _measure(
     base_url: str,
-    model: str | None,
-    api_key: str | None,
     out: Path,
     settings: dict,
     label: str,
     *,
+    model: str | None = None,
+    api_key: str | None = None,
     server_pid: int | None = None,
     between: Callable[[], None] | None = None,
 ) -> _Run:
@@ -167,10 +167,7 @@ def _measure(
     time other processes took (``server_pid``'s and this client's own excluded), or, where that
     cannot be told (no ``/proc``, or no ``server_pid``: a server not started here), the load average.
     """
-    from toolkit._sweep import host_state
-    from toolkit._sweep.api import run_sweep
-    from toolkit._sweep.prompts import lane_prompts
-    from toolkit._sweep.result import combine_passes
+    from toolkit._sweep.api import run_sweep  # the HTTP client loads only when a server is swept
 
     system_prompt, prompts = lane_prompts(settings["lanes"])
     started = dt.datetime.now().isoformat(timespec="seconds")
@@ -256,8 +253,7 @@ async def notebook_levels(
     if sweep_dir:
         return pd.read_csv(Path(sweep_dir) / "levels.csv", comment="#"), f"the run in {Path(sweep_dir).name}"
     if base_url:
-        from toolkit._sweep.api import sweep
-        from toolkit._sweep.prompts import lane_prompts
+        from toolkit._sweep.api import sweep  # the HTTP client loads only when a server is swept
 
         system_prompt, prompts = lane_prompts(LOCAL_SWEEP["lanes"])
         result = await sweep(

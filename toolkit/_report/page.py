@@ -7,6 +7,7 @@ import html
 import re
 from collections.abc import Sequence
 
+from toolkit import __version__
 from toolkit._report.blocks import PARTS, _Section
 from toolkit._report.measure import _Run
 from toolkit._report.tiles import stat_tiles
@@ -61,8 +62,6 @@ def _page(title: str, run: _Run, summary: str, sections: Sequence[_Section]) -> 
     of contents, then ``sections`` grouped under the headings of ``PARTS`` in its order."""
     import vl_convert
     from altair.utils.html import vl_version_for_vl_convert
-
-    from toolkit import __version__
 
     bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
     conditions = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in run.conditions.items())

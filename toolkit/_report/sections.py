@@ -13,6 +13,11 @@ import numpy as np
 import pandas as pd
 
 from toolkit._data import load_csv
+from toolkit._model.curves import batching_curve
+from toolkit._planning.pareto import pareto
+from toolkit._planning.planner import plan
+from toolkit._queueing.closed_forms import queue_wait, workload_presets
+from toolkit._queueing.wait_check import compare_wait_models
 from toolkit._report import charts as _charts
 from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
@@ -20,7 +25,9 @@ from toolkit._report.conclusion import _accuracy as _accuracy_words
 from toolkit._report.measure import _Run
 from toolkit._report.notebook import RENDERER_ENV
 from toolkit._report.tiles import decomposition_note
+from toolkit._report.trust_section import _trust_section
 from toolkit._report.views import _sample_html, _views
+from toolkit._validation.closed_loop import FIT_LIMITS, llamacpp_closed_loop_check, summarize_errors
 
 __all__: list[str] = []
 
@@ -93,8 +100,6 @@ def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None, trust: object
     if accuracy is not None:
         sections.append(_accuracy_section(accuracy, out))
     if trust is not None:
-        from toolkit._report.trust_section import _trust_section
-
         sections.append(_trust_section(trust, run, out))
     return sections + [_batching_section(reference, out), _queueing_section(out), _frontier_section(out)]
 
@@ -104,14 +109,11 @@ def _accuracy_table(run: _Run) -> pd.DataFrame | None:
     levels (``llamacpp_closed_loop_check``); None for runs the serving model cannot predict."""
     if run.host is None or run.lanes is None:
         return None
-    from toolkit._validation.closed_loop import llamacpp_closed_loop_check
 
     return llamacpp_closed_loop_check((run.lanes, run.levels), gpu=run.host)
 
 
 def _accuracy_section(table: pd.DataFrame, out: Path) -> _Section:
-    from toolkit._validation.closed_loop import FIT_LIMITS, summarize_errors
-
     table.to_csv(out / "accuracy.csv", index=False)
     summary = summarize_errors(table)
     fitted = table.attrs["calibration"]
@@ -130,9 +132,6 @@ def _accuracy_section(table: pd.DataFrame, out: Path) -> _Section:
 
 
 def _queueing_section(out: Path) -> _Section:
-    from toolkit._queueing.closed_forms import queue_wait, workload_presets
-    from toolkit._queueing.wait_check import compare_wait_models
-
     presets = workload_presets()
     with warnings.catch_warnings():  # the tail warning is what this section shows, in numbers
         warnings.simplefilter("ignore")
@@ -161,9 +160,6 @@ def _queueing_section(out: Path) -> _Section:
 
 
 def _frontier_section(out: Path) -> _Section:
-    from toolkit._planning.pareto import pareto
-    from toolkit._planning.planner import plan
-
     plans = plan(**FRONTIER_QUESTION)
     meets = plans[plans["meets_slo"]]
     frontier = pareto(meets)
@@ -183,8 +179,6 @@ def _frontier_section(out: Path) -> _Section:
 
 
 def _batching_section(reference: pd.DataFrame, out: Path) -> _Section:
-    from toolkit._model.curves import batching_curve
-
     curve = batching_curve(**REFERENCE_SETUP)
     curve.to_csv(out / "batching_curve.csv", index=False)
     single = float(curve.loc[curve["batch"] == 1, "aggregate_tok_s"].iloc[0])

@@ -11,25 +11,21 @@ import pandas as pd
 
 from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
-from toolkit._report.measure import _Run
+from toolkit._report.held_out import MODEL, QUANT
+from toolkit._report.measure import LOCAL_SWEEP, _Run
 from toolkit._sweep.levels import NOISY_TOLERANCE
+from toolkit._sweep.llama_server import SCHEDULING
 from toolkit._sweep.profile_cells import profile_cells
-from toolkit._validation.trust import TRUSTED_MEDIAN_ERROR
+from toolkit._validation.refusal import busy_reason, unsteady_reason
+from toolkit._validation.trust import TRUSTED_MEDIAN_ERROR, trust_check
 
 __all__: list[str] = []
-
-MODEL, QUANT = "Gemma-3-270M", "q4_k_m"
 
 
 def _trust(run: _Run):
     """The trust check of a profiled local run (:func:`toolkit._validation.trust.trust_check`), else None."""
     if run.profile is None or run.host is None or run.lanes is None:
         return None
-    from toolkit._report.measure import LOCAL_SWEEP
-    from toolkit._sweep.llama_server import SCHEDULING
-    from toolkit._validation.refusal import busy_reason, unsteady_reason
-    from toolkit._validation.trust import trust_check
-
     requests = run.replay.requests if run.replay is not None else None
     return trust_check(
         run.profile,

@@ -9,8 +9,6 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from toolkit._args import check_int, check_number
-from toolkit._planning.inputs import _percentile_label
-from toolkit._queueing.sim_result import _METRICS
 from toolkit._scale.dask_backend import chunk_size_for, resolve_client, run_on_dask
 from toolkit._scale.scenarios import (
     BOOLEAN_COLUMNS,
@@ -22,6 +20,7 @@ from toolkit._scale.scenarios import (
     scenario_seed,
     ship_frames,
 )
+from toolkit._vocab.metrics import SIMULATED_METRICS, quantile_column
 
 __all__ = ["simulate_grid"]
 
@@ -139,7 +138,7 @@ def _quantiles(percentiles: Sequence[float] | None) -> tuple[float, ...]:
 def _table(
     carried: pd.DataFrame, seeds: list[object], results: dict[int, dict[str, Any]], quantiles: tuple[float, ...]
 ) -> pd.DataFrame:
-    extra = [f"{metric}_p{_percentile_label(q)}_s" for q in quantiles for metric in _METRICS]
+    extra = [quantile_column(metric, q, "s") for q in quantiles for metric in SIMULATED_METRICS]
     numbers = [*SUMMARY_COLUMNS, *(c for c in extra if c not in SUMMARY_COLUMNS)]
     body = pd.DataFrame([results[i] for i in range(len(carried))], index=carried.index)
     body = body.reindex(columns=[*numbers, "error"])

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._planning.inputs import _percentile_label
-from toolkit._queueing.sim_result import _METRICS
 from toolkit._queueing.simulator import simulate
+from toolkit._vocab.metrics import SIMULATED_METRICS, quantile_column
 from toolkit._workload.traces import load_trace
 
 __all__: list[str] = []
@@ -32,7 +31,7 @@ TRACE_OPTIONS = {f"trace_{p}": p for p in inspect.signature(load_trace).paramete
 # simulate's summary row, in its order (a failed scenario has NaN in each)
 SUMMARY_COLUMNS = (
     "requests",
-    *(f"{metric}_{stat}_s" for metric in _METRICS for stat in ("mean", "p50", "p95", "p99")),
+    *(f"{metric}_{stat}_s" for metric in SIMULATED_METRICS for stat in ("mean", "p50", "p95", "p99")),
     "throughput_rps",
     "output_tok_s",
     "achieved_concurrency",
@@ -149,12 +148,10 @@ def run_scenario(
     row: dict[str, Any] = result.summary.iloc[0].to_dict()
     measured = result.requests[~result.requests["warmup"]]
     for q in percentiles:
-        for metric in _METRICS:
+        for metric in SIMULATED_METRICS:
             values = measured[f"{metric}_s"].to_numpy(dtype=float)
             finite = values[np.isfinite(values)]
-            row[f"{metric}_p{_percentile_label(q)}_s"] = (
-                float(np.percentile(finite, 100 * q)) if finite.size else math.nan
-            )
+            row[quantile_column(metric, q, "s")] = float(np.percentile(finite, 100 * q)) if finite.size else math.nan
     row["error"] = None
     return row
 

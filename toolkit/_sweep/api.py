@@ -46,6 +46,7 @@ from toolkit._sweep.probe import _probe
 from toolkit._sweep.result import SweepResult
 from toolkit._sweep.runner import _Runner
 from toolkit._sweep.session import CLIENT_LIMITS
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["run_sweep", "sweep"]
 
@@ -141,10 +142,12 @@ _DOC = """{summary}
 """
 
 
+@positional_deprecated
 async def sweep(
     base_url: str,
     model: str | None,
     prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    *,
     limits: Sequence[int] = (1, 2, 4, 8, 16, 32),
     max_tokens: int = 256,
     postprocess: Callable[[Lane], Any] | None = None,
@@ -156,7 +159,6 @@ async def sweep(
     out_dir: str | os.PathLike | None = None,
     resume: bool = False,
     timeout_s: float = 600.0,
-    *,
     rates: Sequence[float] | None = None,
     arrivals: str = "poisson",
     ca2: float = 1.0,
@@ -195,10 +197,12 @@ async def sweep(
         return await _Runner(plan, client, deadline_at).run()
 
 
+@positional_deprecated
 def run_sweep(
     base_url: str,
     model: str | None,
     prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    *,
     limits: Sequence[int] = (1, 2, 4, 8, 16, 32),
     max_tokens: int = 256,
     postprocess: Callable[[Lane], Any] | None = None,
@@ -210,7 +214,6 @@ def run_sweep(
     out_dir: str | os.PathLike | None = None,
     resume: bool = False,
     timeout_s: float = 600.0,
-    *,
     rates: Sequence[float] | None = None,
     arrivals: str = "poisson",
     ca2: float = 1.0,

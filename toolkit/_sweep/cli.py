@@ -87,6 +87,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # numpy and the HTTP client load when a sweep runs, not for --help or a usage error
     from toolkit._sweep.api import run_sweep
     from toolkit._sweep.llama_server import LlamaServer
     from toolkit._sweep.prompts import lane_prompts

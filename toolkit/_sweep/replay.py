@@ -31,6 +31,7 @@ from toolkit._queueing.workload import _trace_columns
 from toolkit._sweep.blocking import run_blocking
 from toolkit._sweep.filler import Filler
 from toolkit._sweep.lanes import _exchange
+from toolkit._sweep.llama_server import LlamaServer
 from toolkit._sweep.plan import _api_key
 from toolkit._sweep.records import _record, _Stream
 from toolkit._sweep.replay_result import ReplayResult, replay_summary
@@ -113,8 +114,6 @@ def replay_trace(
     """
     args = _check(dict(locals()))
     if args["base_url"] is None:
-        from toolkit._sweep.llama_server import LlamaServer
-
         with LlamaServer() as local:
             return _run(args | {"base_url": local.base_url})
     return _run(args)

@@ -109,7 +109,7 @@ class _Runner:
         finished = {r["lane"] for r in done if r.get("final")}
         todo = [i for i in range(len(plan.messages)) if i not in finished]
         if not todo:
-            self.runs.append(self._previous_row(level) or self._row(level, NAN, None, None, resumed=True))
+            self.runs.append(self._previous_row(level) or self._row(level, NAN, resumed=True))
             return
         messages = [self._tagged(i, level) for i in range(len(plan.messages))]
         next_attempt = {i: 1 + max((r["attempt"] for r in done if r["lane"] == i), default=0) for i in todo}
@@ -164,7 +164,7 @@ class _Runner:
             bar.close()
             wall = time.perf_counter() - t0
             after = None if self.stopped or interrupted else await self._scrape()
-            self.runs.append(self._row(level, wall, before, after, resumed=bool(done)))
+            self.runs.append(self._row(level, wall, before=before, after=after, resumed=bool(done)))
 
     def _offsets(self, level: _Level, n: int) -> list[float]:
         if self.plan.closed_loop:
@@ -174,7 +174,13 @@ class _Runner:
         return offsets.tolist()
 
     def _row(
-        self, level: _Level, wall: float, before: Snapshot | None, after: Snapshot | None, *, resumed: bool
+        self,
+        level: _Level,
+        wall: float,
+        *,
+        before: Snapshot | None = None,
+        after: Snapshot | None = None,
+        resumed: bool,
     ) -> dict[str, Any]:
         records = pd.DataFrame(self._records_of(level), columns=LANE_COLUMNS)
         reasons = []

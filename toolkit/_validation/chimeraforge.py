@@ -16,6 +16,7 @@ import pandas as pd
 from toolkit._data import load_csv
 from toolkit._model.serving import cost_model
 from toolkit._planning.pareto import pareto
+from toolkit._planning.planner import plan
 
 __all__ = ["compare_with_chimeraforge"]
 
@@ -27,8 +28,6 @@ def _cheapest(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ours() -> dict[str, tuple[float, str]]:
-    from toolkit._planning.planner import plan
-
     gpu_12gb = load_csv("chimeraforge_gpus.csv").set_index("name").loc["RTX 4080 12GB"].to_dict()
     gpu_12gb["name"] = "RTX 4080 12GB"
     out: dict[str, tuple[float, str]] = {}

@@ -23,6 +23,7 @@ import pandas as pd
 from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._calibration.predict import predict_sweep
 from toolkit._data import has_data, load_csv
+from toolkit._model.host import measure_host
 
 __all__: list[str] = []
 
@@ -69,7 +70,6 @@ def _load(recorded: object) -> _Recorded:
 def _default_gpu() -> pd.DataFrame:
     if has_data(RECORDED_HOST):
         return load_csv(RECORDED_HOST)
-    from toolkit._model.host import measure_host
 
     return measure_host()
 

@@ -48,6 +48,7 @@ from toolkit._model.catalog import backends
 from toolkit._model.cost import CostModel
 from toolkit._model.serving import cost_model
 from toolkit._model.terms import combine, step_parts
+from toolkit._queueing.simulator import simulate
 from toolkit._stats import quantile_ci95
 
 __all__ = ["accuracy_against_published", "accuracy_summary"]
@@ -157,7 +158,6 @@ def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -
 def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float, requests: int | None) -> pd.Series:
     """Summary of one simulated run (cached: a row's TTFT, TPOT and throughput share a run) of the
     source's ``requests``, all counted, or where None of ``SIM_REQUESTS`` after a 10% warm-up."""
-    from toolkit._queueing.simulator import simulate
 
     cm = _cost(setup, False)
     load = {"concurrency": int(level)} if mode == "closed" else {"arrival_rate": level}
@@ -168,7 +168,7 @@ def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float, reques
     batch = int(min(cm.max_batch, budget))
     runs = {"num_requests": SIM_REQUESTS} if requests is None else {"num_requests": requests, "warmup_fraction": 0.0}
     engine = {"cost": cm, "progress": False, "max_batch": batch, "max_num_batched_tokens": budget}
-    result = simulate(None, None, None, isl, osl, **runs, **load, **engine)
+    result = simulate(prompt_tokens=isl, output_tokens=osl, **runs, **load, **engine)
     return result.summary.iloc[0]
 
 

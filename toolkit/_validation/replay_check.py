@@ -9,8 +9,7 @@ the median |error| over them, is recomputed on every resample (Efron and Tibshir
 Introduction to the Bootstrap*, 1993, ch. 13: the percentile interval). Requests are drawn in runs
 of consecutive ones (:func:`toolkit._stats.block_resamples`), not one by one: a request's wait
 depends on the requests just before it, so neighbours' latencies move together (lag-1
-autocorrelation of the log latencies 0.31-0.35 in the replay of the 2026-12-05 23:46 report, under
-0.1 by lag 3), and drawing them one by one would count them as more independent evidence than they
+autocorrelation of the log latencies about 0.3 in a report's replay, under 0.1 by lag 3), and drawing them one by one would count them as more independent evidence than they
 are. The interval says how far another slice of the same traffic could move the error; it does not
 hold the drift of a server's speed between two replays.
 """
@@ -24,15 +23,16 @@ import pandas as pd
 
 from toolkit._queueing.simulator import simulate
 from toolkit._stats import block_resamples
+from toolkit._vocab.metrics import LATENCY_METRICS, ms_from_s
 
 __all__: list[str] = []
 
-REPLAY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+REPLAY_METRICS = tuple(f"{metric}_ms" for metric in LATENCY_METRICS)
 REPLAY_PERCENTILES = (50, 90)
 
 # enough that the median |error|'s interval moves by under a percentage point between seeds (each
-# percentile's by up to 1.5) on the 70-request replay of the 2026-12-05 05:31 report, drawn one by one;
-# drawn in runs, a synthetic 70-request replay's bounds of it spanned 1.5 points over 10 seeds; 0.7 s
+# percentile's by up to 1.5) on a 70-request replay drawn one by one; drawn in runs, a synthetic
+# 70-request replay's bounds of it spanned 1.5 points over 10 seeds; 0.7 s
 REPLAY_RESAMPLES = 2000
 
 
@@ -136,12 +136,17 @@ def _replay_comparison(
         }
     )
     result = simulate(
-        None, None, None, None, None, None, trace=trace, cost=cm, max_batch=max_batch,
-        max_num_batched_tokens=max_num_batched_tokens, warmup_fraction=0.0, progress=False,
-        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
-    )  # fmt: skip
+        trace=trace,
+        cost=cm,
+        max_batch=max_batch,
+        max_num_batched_tokens=max_num_batched_tokens,
+        warmup_fraction=0.0,
+        progress=False,
+        prefill_breaks=prefill_breaks,
+        prefill_start_breaks=prefill_start_breaks,
+    )
     sim = result.requests  # in trace order: row i is request i of ``ok``
-    predicted = {metric: sim[f"{metric.removesuffix('_ms')}_s"].to_numpy() * 1e3 for metric in REPLAY_METRICS}
+    predicted = {f"{m}_ms": ms_from_s(sim[f"{m}_s"].to_numpy()) for m in LATENCY_METRICS}
     measured = {metric: ok[metric].to_numpy(float) for metric in REPLAY_METRICS}
     if intervals:
         low, high, median_ci = replay_error_ci95(predicted, measured, REPLAY_PERCENTILES)

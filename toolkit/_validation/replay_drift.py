@@ -1,15 +1,15 @@
 """The profile passes that bracket a held-out replay in time, and what they say about the server's
 drift across it (:func:`toolkit._validation.trust.trust_check` predicts the replay from them).
 
-On this project's idle 2-core host the server's speed moves by about 10% between minutes (profile
-passes a few minutes apart, 2026-12-04 and 05), and at the replay's load a queue amplifies it: an
+On an idle 2-core host the server's speed moves by about 10% between minutes (profile passes a few
+minutes apart), and at the replay's load a queue amplifies it: an
 M/M/1 queue's mean time in system ``S / (1 - rho)``, with ``rho = lambda S``, moves ``1 / (1 - rho)``
 times as much as its service time ``S`` (2.5 times at the replay's 60% busy). A profile spread over
 the run before the replay measures a server of a few minutes earlier; the passes right before and
 right after it measure the one it ran on. Predicted from each alone, the replay's error shows how
 far that speed moved: far apart, the replay cannot tell the model's error from the drift; close
-together, the server held its speed and the miss is the model's (as in a ``bench_trust`` run of
-2026-12-05 10:37: 21% and 25%, the cells 2% apart).
+together, the server held its speed and the miss is the model's (say 21% and 25% with the cells 2%
+apart; ``tests/benchmarks/bench_trust.py`` records such runs in reports/bench/trust.json).
 """
 
 from __future__ import annotations

@@ -123,7 +123,15 @@ def trust_check(
     replay's prediction instead of ``profile`` and give ``replay_drift``.
     """
     if refused:
-        return TrustCheck(None, None, None, None, np.nan, np.nan, refused, refused, (np.nan, np.nan))
+        nothing = dict.fromkeys(("calibration", "cell_fit", "sweep_accuracy", "replay_accuracy"))
+        return TrustCheck(
+            **nothing,
+            sweep_median_error=np.nan,
+            replay_median_error=np.nan,
+            refused=refused,
+            sentence=refused,
+            replay_median_error_ci95=(np.nan, np.nan),
+        )
     starts = {"prefill_start_breaks": prefill_start_breaks}
     fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
     cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks, **starts)

@@ -5,7 +5,8 @@ A trace frame has one row per request: ``arrival_s`` (seconds from the start of 
 what :func:`toolkit.simulate` replays with ``trace=``.
 
 The shipped traces are the two one-hour samples of the Azure LLM inference dataset 2023 (a
-conversation service and a code-completion service, collected on 2023-11-16), published with the
+conversation service and a code-completion service; the collection date is in the traces' README),
+published with the
 Splitwise paper (Patel et al., ISCA 2024) under CC-BY 4.0; ``toolkit/_data/traces/README.md`` holds
 the citation and the licence sits beside it.
 """
@@ -23,6 +24,7 @@ from toolkit._args import check_int, check_number
 from toolkit._data import data_file
 from toolkit._files import read_user_bytes
 from toolkit._queueing.workload import MAX_REQUESTS, token_counts
+from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["load_trace"]
 
@@ -41,8 +43,10 @@ SOURCE = (
 )
 
 
+@positional_deprecated
 def load_trace(
     name_or_path: str | Path,
+    *,
     start_s: float | None = None,
     duration_s: float | None = None,
     time_scale: float = 1.0,
