@@ -100,20 +100,12 @@ def _question(args: argparse.Namespace) -> dict[str, Any]:
 def _run_cli(args: argparse.Namespace) -> int:
     import numpy as np
 
-<<<<<<< HEAD
     from toolkit._args import check_int
-    from toolkit._planning.inputs import _percentile_label
     from toolkit._planning.pareto import _front
     from toolkit._planning.planner import _plan_columns
 
     check_int("--top", args.top, low=1)
-    latency = f"e2e_p{_percentile_label(args.percentile)}_ms"
-=======
-    from toolkit._planning.pareto import _front
-    from toolkit._planning.planner import _plan_columns
-
     latency = quantile_column("e2e", args.percentile, "ms")
->>>>>>> api
     if args.json:
         return _print_json(args, latency)
     columns, bar, _ = _plan_columns(**_question(args), calibration=None, verify=None)
