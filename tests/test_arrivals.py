@@ -60,7 +60,15 @@ def test_rate_and_gap_distribution_match_the_request(ca2):
 def test_a_ca2_above_the_largest_accepted_is_refused():
     with pytest.raises(ValueError, match=r"ca2 must be \(> 0 and <= 10000\), got 1000000"):
         toolkit.simulate(
-            "Llama-3.1-8B", "H100 SXM", "fp8", 100, 10, 100, arrival_rate=RATE_RPS, arrivals="gamma", ca2=1e6
+            "Llama-3.1-8B",
+            "H100 SXM",
+            "fp8",
+            prompt_tokens=100,
+            output_tokens=10,
+            num_requests=100,
+            arrival_rate=RATE_RPS,
+            arrivals="gamma",
+            ca2=1e6,
         )
 
 
@@ -69,7 +77,15 @@ def test_a_run_too_short_for_its_ca2_is_warned_of():
     # 48/s, so one run rarely shows the 5/s asked for; 25 x ca2 = 250,000 requests spread by 20%
     with pytest.warns(UserWarning, match=r"ca2=10000 with 2000 requests: .* spreads by about 224% .* at least 250000"):
         toolkit.simulate(
-            "Llama-3.1-8B", "H100 SXM", "fp8", 100, 10, 2000, arrival_rate=RATE_RPS, arrivals="gamma", ca2=1e4
+            "Llama-3.1-8B",
+            "H100 SXM",
+            "fp8",
+            prompt_tokens=100,
+            output_tokens=10,
+            num_requests=2000,
+            arrival_rate=RATE_RPS,
+            arrivals="gamma",
+            ca2=1e4,
         )
     with warnings.catch_warnings():
         warnings.simplefilter("error")

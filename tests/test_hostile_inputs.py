@@ -238,9 +238,7 @@ def test_simulate_applies_the_request_cap_to_a_trace(monkeypatch):
     trace = pd.DataFrame({"arrival_s": np.arange(11.0), "prompt_tokens": 10, "output_tokens": 5})
     with pytest.raises(ValueError, match=r"trace must have at most 1e\+01 requests \(as num_requests\), got 11"):
         toolkit.simulate("Llama-3.1-8B", "H100 SXM", "fp8", trace=trace)
-    assert (
-        len(toolkit.simulate("Llama-3.1-8B", "H100 SXM", "fp8", trace=trace.iloc[:10]).requests) == 10
-    )
+    assert len(toolkit.simulate("Llama-3.1-8B", "H100 SXM", "fp8", trace=trace.iloc[:10]).requests) == 10
 
 
 # --- smaller -------------------------------------------------------------------------------------

@@ -20,10 +20,9 @@ total and leaves the KV cache only what is left under that cap.
 (hidden) plus the MLP's gate, up and activated buffers (3 x intermediate, times the k routed experts of
 an MoE, split by tensor parallel), in fp16. It is linear in the tokens of the largest forward pass:
 one whole prompt by default, or a continuous-batching engine's ``max_num_batched_tokens``.
-``reserved`` is the runtime's memory outside torch tensors (CUDA context, cuBLAS/NCCL workspaces,
-sampler buffers): a backend's ``reserved_gb`` or the default in ``data/efficiency.csv``.
-The KV budget is handed out in paged blocks of ``kv_block_tokens`` (16) tokens, so a sequence of T
-tokens holds ceil(T / 16) blocks and ``max_concurrent_seqs`` = floor(kv_budget / bytes per sequence).
+``reserved``: the runtime's memory outside torch tensors (CUDA context, workspaces, sampler buffers), a
+backend's ``reserved_gb`` or the default in ``data/efficiency.csv``. KV is paged in blocks of
+``kv_block_tokens`` (16): T tokens hold ceil(T / 16) blocks, ``max_concurrent_seqs`` = floor(budget / per seq).
 
 Checked against vLLM (gpu_memory_utilization 0.9): Llama-3.1-8B bf16 on an RTX 4090 with an 8k
 forward pass, ours 40,896 KV tokens vs 41,408 measured (-1.2%); Llama-2-7B on an H100 with its 4k
@@ -250,8 +249,8 @@ def memory(
         One row: ``model``, ``gpu``, ``quant``, ``kv_dtype``, ``backend``, ``context_tokens``,
         ``tensor_parallel``, ``gpu_memory_utilization``, ``memory_gb`` (capacity of one GPU),
         ``usable_gb`` (what the engine takes: weights, activations, runtime and KV), ``weights_gb``,
-        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes; the budget is
-        0, and ``fits`` False, where weights, activations and runtime take all the usable memory),
+        ``activation_gb``, ``reserved_gb``, ``kv_budget_gb`` (all per GPU, 1e9 bytes; 0, never
+        negative, where weights, activations and runtime take all the usable memory),
         ``kv_gb_per_seq`` (one sequence at ``context_tokens``, whole blocks), ``kv_budget_tokens``
         (tokens the KV budget holds, whole blocks), ``max_concurrent_seqs`` (KV-bound), ``fits`` (at
         least one sequence fits and ``context_tokens`` is within the model's maximum context).
