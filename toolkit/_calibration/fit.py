@@ -12,7 +12,7 @@ run to the next, then shows in its intervals instead of shrinking with the reque
 
 The host's speed also drifts on a scale longer than a wave: on an idle 2-core VM the prefill and
 batch cells of one pass over the design (about 15 s) run fast or slow together (their per-pass times
-correlate 0.5-0.9; docs/validation.md), so the waves of one pass are not independent either, and a fit's rates move with the pass's speed. A profile's passes (its
+correlate 0.5-0.9; docs/methodology/observations.md), so the waves of one pass are not independent either, and a fit's rates move with the pass's speed. A profile's passes (its
 ``repeat``) each get a speed factor, estimated from the wave residuals by a two-way analysis of
 variance (cell by pass, the random-effects moment estimator); its variance, propagated through the
 fit as a common shift of every residual of the pass, is added to the wave-clustered covariance. A

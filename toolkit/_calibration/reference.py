@@ -12,7 +12,7 @@ Where the reference is itself measured (a :func:`toolkit.measure_host` row combi
 same absolute rate against a reference measured a little differently, so the efficiency moves by the
 reference's own run-to-run spread: on a 2-core VM consecutive report runs measured the GEMM at 0.316
 and 0.302 TFLOPS and the server's prefill at the same 0.0650 TFLOPS-equivalent, which moved ``mfu``
-from 0.206 to 0.215, two to three times its fit-only standard errors (docs/validation.md). The
+from 0.206 to 0.215, two to three times its fit-only standard errors (docs/methodology/observations.md). The
 fit and the probe are independent measurements, and for a quotient of independent quantities the
 relative standard uncertainties add in quadrature (GUM, JCGM 100:2008, 5.1.6):
 ``(se / value)^2 = (fit_se / value)^2 + (reference_se / reference)^2``.

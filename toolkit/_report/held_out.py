@@ -26,7 +26,7 @@ HELD_OUT_TRACE_NAME = "azure-conv-2023"
 # the profile-calibrated model says the server is busy. 0.6 is where a capacity plan runs a server:
 # requests queue (a median TTFT above a lone prefill) but the server is not saturated. A fixed
 # stretch does not fix the load: at 3x this slice can keep the host busy most of the time (the
-# validation record in docs/validation.md has a case at 87%), where a few percent of service time is
+# validation record in docs/methodology/observations.md has a case at 87%), where a few percent of service time is
 # tens of percent of wait, and a slower or faster host moves it.
 HELD_OUT_UTILISATION = 0.6
 # stretches tried, from the trace's own speed to 30x, in steps of 5%

@@ -11,7 +11,7 @@ VM one server's passes back to back can read 0.694 and 0.594 at 2 in flight and 
 how well the server batches, not only the host's speed; a speed change common to a whole pass
 cancels from each pass's elasticity. An earlier interval, the spread of ``ln u`` divided by
 ``ln(x_k / x_1)`` (a drift in the host's speed), came out a quarter as wide at 8 in flight, and 27%
-of its intervals missed the mean of the other idle runs (docs/validation.md).
+of its intervals missed the mean of the other idle runs (docs/methodology/observations.md).
 
 Between runs. Runs still differ by more than their own passes say: over the idle runs in
 ``verdict_runs.csv`` (package data; each run its own server, two passes), weighting each run by its
