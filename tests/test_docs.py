@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,14 @@ def test_the_top_level_keeps_the_fixed_layout():
         pytest.skip("not a git checkout: the tracked files are unknown")
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert {line.split("/")[0] for line in tracked.splitlines()} <= TOP_LEVEL
+
+
+def test_the_readme_example_runs_as_written_without_deprecated_calls(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks, "the README has no Python example"
+    script = tmp_path / "example.py"
+    script.write_text(blocks[0])
+    done = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", str(script)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
