@@ -51,7 +51,9 @@ class QueueServer(StreamingServer):
         if not body.get("stream"):
             message = {"role": "assistant", "content": "t " * n}
             choice = {"index": 0, "message": message, "finish_reason": "length"}
-            await self._send(writer, 200, json.dumps({"object": "chat.completion", "choices": [choice], "usage": usage}))
+            await self._send(
+                writer, 200, json.dumps({"object": "chat.completion", "choices": [choice], "usage": usage})
+            )
             return
         loop = asyncio.get_running_loop()
         end = max(loop.time(), self._free_at) + self.service_ms / 1e3
@@ -69,8 +71,8 @@ class QueueServer(StreamingServer):
         self.streaming += 1
         try:
             for i in range(n):
-                if i:
-                    await self._sleep_until(end + i * itl)
+                if i:  # the loop's own timers: a blocking sleep here would delay every other stream
+                    await asyncio.sleep(max(0.0, end + i * itl - loop.time()))
                 writer.write(event({"choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}]}))
                 await writer.drain()
         finally:

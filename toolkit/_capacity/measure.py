@@ -30,8 +30,8 @@ def find_capacity(
     slo_tpot_ms: float | None = None,
     slo_e2e_ms: float | None = None,
     percentile: float = 99.0,
-    prompt_tokens: Any = 128,
-    output_tokens: Any = 64,
+    prompt_tokens: Any = None,
+    output_tokens: Any = None,
     trace: pd.DataFrame | None = None,
     arrivals: str = "poisson",
     ca2: float = 1.0,
@@ -77,8 +77,8 @@ def find_capacity(
         The percentile each SLO applies to (50 to 99.99).
     prompt_tokens, output_tokens : int, tuple or callable
         Lengths of the generated requests, as :func:`toolkit.simulate` takes them (an int, or
-        ``("geometric", mean)``, ``("lognormal", mean, cv)``, ``callable(rng, n)``). Must be None
-        with a ``trace``.
+        ``("geometric", mean)``, ``("lognormal", mean, cv)``, ``callable(rng, n)``); None is 128 and
+        64 without a ``trace``, and must be None with one.
     trace : pandas.DataFrame or None
         A request trace (``arrival_s``, ``prompt_tokens``, ``output_tokens``; see
         :func:`toolkit.load_trace`) whose lengths and burst shape each step replays, its rate scaled

@@ -29,8 +29,8 @@ def predict_capacity(
     slo_tpot_ms: float | None = None,
     slo_e2e_ms: float | None = None,
     percentile: float = 99.0,
-    prompt_tokens: Any = 128,
-    output_tokens: Any = 64,
+    prompt_tokens: Any = None,
+    output_tokens: Any = None,
     trace: pd.DataFrame | None = None,
     arrivals: str = "poisson",
     ca2: float = 1.0,
@@ -84,17 +84,12 @@ def predict_capacity(
     ValueError
         No SLO, or an argument out of range (the message names it).
     """
-    from toolkit._capacity.rule import rule_requests
     from toolkit._model.serving import cost_model
 
     started = time.perf_counter()
-    a = dict(locals())
-    if min_requests is None and percentile is not None:
-        try:
-            a["min_requests"] = max(rule_requests(float(percentile)), PREDICT_REQUESTS)
-        except (TypeError, ValueError):
-            pass  # check_spec names the bad percentile
-    spec = check_spec(a)
+    spec = check_spec(dict(locals()))
+    if min_requests is None:
+        spec = Spec(**{**spec.__dict__, "min_requests": max(spec.rule_requests, PREDICT_REQUESTS)})
     if cost is None:
         cost = cost_model(
             model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, calibration=calibration,

@@ -33,14 +33,15 @@ class CapacityResult:
         confidence bounds, from the binomial law of order statistics; -inf/inf where the sample is
         too small to bound), ``goodput_rps`` (requests per second that finished within every SLO
         given), ``ttft_growth`` (seconds of TTFT gained per second of arrivals, first third of the
-        requests to the last: the simulator's ``queue_wait_growth`` on the measured TTFT),
+        finished requests to the last: the simulator's ``queue_wait_growth`` on the measured TTFT),
         ``stable`` (growth at most ``UNSTABLE_GROWTH``, 0.05; None with too few requests),
         ``passed`` (every SLO's percentile within it and the queue not unstable), ``clear_pass``
         (passed with every SLO's upper bound within it too), ``clear_fail`` (some SLO's lower bound
         above it, or unstable), ``failed_metric`` (``ttft``, ``tpot``, ``e2e`` furthest over its
         SLO, ``queue`` for an unstable queue alone, None when passed), ``excess`` (that metric's
         percentile over its SLO, minus 1: 0.2 is 20% over), ``reason`` (every failure in words:
-        metric, value, SLO and margin, or the queue's growth; empty when passed) and ``wall_s``.
+        metric, value, SLO and margin, or the queue's growth; empty when passed), ``end_s`` (when the
+        step stopped waiting for its requests, s from its start) and ``wall_s``.
         A measured step adds ``client_fell_behind`` (the client sent late, see
         :func:`toolkit.replay_trace`) and ``errors`` (requests that failed or were not sent).
     summary : pandas.DataFrame

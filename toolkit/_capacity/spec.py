@@ -25,6 +25,8 @@ METRICS = ("ttft", "tpot", "e2e")
 # they meet an empty queue, which the rest of an open-loop run does not
 WARMUP_FRACTION = 0.1
 MAX_RATE_RPS = 1e6
+# lengths of the generated requests when neither they nor a trace are given
+DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 128, 64
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,8 @@ def check_spec(a: dict[str, Any]) -> Spec:
             raise ValueError("trace must hold at least 2 requests at different arrival_s to have a rate")
     else:
         rng = np.random.default_rng(0)
-        for name in ("prompt_tokens", "output_tokens"):
-            if a[name] is None:
-                raise ValueError(f"{name} is required without a trace (an int >= 1 or a distribution)")
+        for name, default in (("prompt_tokens", DEFAULT_PROMPT_TOKENS), ("output_tokens", DEFAULT_OUTPUT_TOKENS)):
+            a[name] = default if a[name] is None else a[name]
             _draw_tokens(name, a[name], rng, 1)
     arrivals = check_choice("arrivals", a["arrivals"], ARRIVALS)
     ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=1e3)

@@ -27,15 +27,14 @@ def judge_step(requests: pd.DataFrame, spec: Spec, *, rate_rps: float, end_s: fl
     requests : pandas.DataFrame
         ``arrival_s`` (when the request reached the server, s from the step's start), ``ttft_ms``,
         ``tpot_ms``, ``e2e_ms`` (NaN where it did not finish) and ``finished`` (bool). The first
-        ``spec.warmup_requests`` rows are the warm-up and are left out.
+        ``spec.warmup_requests`` rows are the warm-up and are left out; an unfinished request counts
+        as infinitely slow in every percentile.
     spec : Spec
         The SLOs and percentile.
     rate_rps : float
         The step's scheduled arrival rate.
     end_s : float
-        When the step stopped waiting (s from its start): a request unfinished by then has a TTFT of
-        at least ``end_s - arrival_s`` for the stability check, and counts as infinitely slow in
-        every percentile.
+        When the step stopped waiting (s from its start); recorded as ``end_s``.
 
     Returns
     -------
@@ -46,7 +45,12 @@ def judge_step(requests: pd.DataFrame, spec: Spec, *, rate_rps: float, end_s: fl
     arrival = measured["arrival_s"].to_numpy(dtype=float)
     finished = measured["finished"].to_numpy(dtype=bool)
     q = spec.percentile
-    row: dict[str, Any] = {"rate_rps": rate_rps, "requests": int(arrival.size), "finished": int(finished.sum())}
+    row: dict[str, Any] = {
+        "rate_rps": rate_rps,
+        "requests": int(arrival.size),
+        "finished": int(finished.sum()),
+        "end_s": end_s,
+    }
     ends = arrival[finished] + measured["e2e_ms"].to_numpy(dtype=float)[finished] / 1e3
     duration = float(ends.max() - arrival.min()) if ends.size else math.nan
     span = float(arrival.max() - arrival.min()) if arrival.size > 1 else math.nan
@@ -72,9 +76,11 @@ def judge_step(requests: pd.DataFrame, spec: Spec, *, rate_rps: float, end_s: fl
             if point > slo:
                 over[metric] = point / slo - 1
     row["goodput_rps"] = meets.sum() / duration if duration > 0 else 0.0
+    # the finished requests' TTFT: an unfinished one's is only bounded below by the step's end, a bound
+    # that shrinks with its arrival time and would hide the growth of an overloaded queue
     ttft_s = measured["ttft_ms"].to_numpy(dtype=float) / 1e3
-    waited = np.where(finished & ~np.isnan(ttft_s), ttft_s, np.maximum(end_s - arrival, 0.0))
-    growth = queue_wait_growth(arrival, waited)
+    seen = finished & ~np.isnan(ttft_s)
+    growth = queue_wait_growth(arrival[seen], ttft_s[seen])
     stable = None if math.isnan(growth) else bool(growth <= UNSTABLE_GROWTH)
     row["ttft_growth"] = growth
     row["stable"] = stable
@@ -83,7 +89,7 @@ def judge_step(requests: pd.DataFrame, spec: Spec, *, rate_rps: float, end_s: fl
     row["clear_fail"] = bool(clear_fail or stable is False)
     worst = max(over, key=over.get) if over else ("queue" if stable is False else None)
     row["failed_metric"] = worst
-    row["excess"] = over[worst] if worst in over else math.nan
+    row["excess"] = over.get(worst, math.nan)
     row["reason"] = _reason(row, spec, over, stable, growth, finished)
     return row
 
