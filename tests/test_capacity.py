@@ -3,7 +3,11 @@ measurement against M/D/1 queues whose capacity the closed form gives, and a ser
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -294,3 +298,50 @@ def test_a_server_that_degrades_past_a_load_fails_on_tpot_by_its_margin():
         # the degraded server's 40 ms a token, 20 ms over the SLO: +100% and a little more
         assert 40 <= row["tpot_p90_ms"] < 50 and row["excess"] == pytest.approx(row["tpot_p90_ms"] / 20 - 1)
         assert f"tpot p90 {row['tpot_p90_ms']:.4g} ms > SLO 20 ms (+{row['excess']:.0%})" in row["reason"]
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--slo-ttft-ms", "100"], "--base-url"),
+        (["--predict", "--gpu", "H100 SXM", "--quant", "fp16", "--slo-ttft-ms", "100"], "--model-name"),
+        (["--base-url", "http://127.0.0.1:9", "--slo-ttft-ms", "100", "--percentile", "100"], "percentile"),
+        (["--base-url", "http://127.0.0.1:9", "--repeats", "2"], "slo_ttft_ms"),
+        (["--local", "--base-url", "http://127.0.0.1:9", "--slo-ttft-ms", "100"], "not allowed with"),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(args, named):
+    result = subprocess.run(
+        [sys.executable, "-m", "toolkit", "capacity", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.stderr
+
+
+def test_cli_json_predicts_what_the_function_does_and_measures_a_server(capsys):
+    from toolkit.__main__ import main
+
+    question = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--prompt-tokens", "512", "--output-tokens", "64"]
+    with QueueServer(service_ms=5) as server:
+        argv = ["capacity", "--predict", "--model-name", "Llama-3.1-8B", "--gpu", "H100 SXM", "--quant", "fp16",
+                "--base-url", server.base_url, "--percentile", "90", "--min-requests", "30", "--rate-low-rps", "20",
+                "--rate-high-rps", "40", "--repeats", "1", "--quiet", "--json", *question]  # fmt: skip
+        assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    direct = toolkit.predict_capacity(
+        "Llama-3.1-8B", "H100 SXM", "fp16", slo_ttft_ms=1000, slo_tpot_ms=60, percentile=90, prompt_tokens=512,
+        output_tokens=64, min_requests=30, rate_low_rps=20, rate_high_rps=40, repeats=1,
+    )  # fmt: skip
+    assert printed["predicted"]["summary"]["capacity_rps"] == pytest.approx(direct.summary["capacity_rps"].iloc[0])
+    assert len(printed["predicted"]["steps"]) == len(direct.steps)
+    # the loopback server serves 5 ms a request: 20 and then rate_high_rps, 40 req/s, both pass
+    measured = printed["measured"]
+    assert [s["rate_rps"] for s in measured["steps"]] == [20, 40]
+    assert measured["summary"]["capacity_rps"] == 40 and measured["summary"]["failed_rps"] is None
+    assert any("30 requests" in w for w in measured["warnings"])  # below the p90 rule's 46
