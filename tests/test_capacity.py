@@ -345,3 +345,57 @@ def test_cli_json_predicts_what_the_function_does_and_measures_a_server(capsys):
     assert [s["rate_rps"] for s in measured["steps"]] == [20, 40]
     assert measured["summary"]["capacity_rps"] == 40 and measured["summary"]["failed_rps"] is None
     assert any("30 requests" in w for w in measured["warnings"])  # below the p90 rule's 46
+
+
+class VanishingServer(QueueServer):
+    """A QueueServer whose prompt-length calibration (two unstreamed requests a replay) fails after the
+    first replay: the second step cannot start."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calibrations = 0
+
+    async def _chat(self, writer, body):
+        if not body.get("stream"):
+            self.calibrations += 1
+            if self.calibrations > 2:
+                await self._send(writer, 500, "{}")
+                return
+        await super()._chat(writer, body)
+
+
+def test_a_server_that_stops_answering_ends_the_search_early_keeping_its_steps():
+    with VanishingServer(service_ms=2) as server:
+        result = toolkit.find_capacity(
+            server.base_url, slo_ttft_ms=1000, percentile=90, prompt_tokens=4, output_tokens=2, min_requests=30,
+            rate_low_rps=40, drain_s=1.0, budget_s=60, progress=False,
+        )  # fmt: skip
+    s = result.summary.iloc[0]
+    assert s["stopped_early"] and "stopped answering" in s["reason"]
+    assert len(result.steps) == 1 and result.steps["passed"].iloc[0] and s["capacity_rps"] == 40
+
+
+def test_a_trace_is_scaled_to_each_steps_rate_keeping_its_lengths():
+    from toolkit._capacity.spec import check_spec, step_trace
+
+    rng = np.random.default_rng(5)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 100, 200)),  # 2 req/s over 100 s
+            "prompt_tokens": rng.integers(10, 1000, 200),
+            "output_tokens": rng.integers(1, 300, 200),
+        }
+    )
+    args = dict(slo_ttft_ms=100, slo_tpot_ms=None, slo_e2e_ms=None, percentile=99, min_requests=None,
+                rate_low_rps=1, rate_high_rps=None, rel_tolerance=0.1, repeats=1, prompt_tokens=None,
+                output_tokens=None, trace=trace, arrivals="poisson", ca2=1.0, seed=0)  # fmt: skip
+    spec = check_spec(args)
+    pairs = set(zip(trace["prompt_tokens"], trace["output_tokens"]))
+    for rate in (0.5, 7.0):  # thinned, then superposed
+        step = step_trace(spec, rate, seed=3)
+        assert len(step) == spec.step_requests == 473 + 53
+        span = step["arrival_s"].iloc[-1] - step["arrival_s"].iloc[0]
+        assert (len(step) - 1) / span == pytest.approx(rate, rel=0.15)
+        assert set(zip(step["prompt_tokens"], step["output_tokens"])) <= pairs
+    predicted = toolkit.predict_capacity(cost=FixedStep(1), max_batch=8, slo_ttft_ms=500, trace=trace)
+    assert predicted.summary["capacity_rps"].iloc[0] > 0

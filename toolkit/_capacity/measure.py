@@ -11,7 +11,7 @@ import pandas as pd
 
 from toolkit._args import check_number
 from toolkit._capacity.result import CapacityResult, build_result
-from toolkit._capacity.search import search
+from toolkit._capacity.search import StopSearch, search
 from toolkit._capacity.spec import Spec, check_spec, step_trace
 from toolkit._capacity.step import judge_step
 
@@ -126,7 +126,8 @@ def find_capacity(
     ValueError
         No SLO, or an argument out of range (the message names it).
     ConnectionError
-        Nothing answered at ``<base_url>/v1/models``.
+        Nothing answered at ``<base_url>/v1/models`` for the first step. A server that stops
+        answering later ends the search early instead, keeping the steps measured.
     """
     started = time.perf_counter()
     spec = check_spec(dict(locals()))
@@ -161,9 +162,14 @@ def _search(spec: Spec, base_url: str, send: dict, started: float, budget: float
         if time.perf_counter() - started + deadline + STEP_SETUP_S > budget:
             return None
         t0 = time.perf_counter()
-        replay = replay_trace(
-            trace, base_url, timeout_s=deadline, deadline_s=deadline, max_lateness_ms=50.0, seed=step_seed, **send
-        )
+        try:
+            replay = replay_trace(
+                trace, base_url, timeout_s=deadline, deadline_s=deadline, max_lateness_ms=50.0, seed=step_seed, **send
+            )
+        except OSError as exc:  # ConnectionError and TimeoutError among them
+            if not steps_run:
+                raise  # nothing measured: the server is not there, a user error
+            raise StopSearch(f"the server stopped answering ({exc}); every step measured so far is kept") from exc
         steps_run.append(rate)
         req = replay.requests
         frame = pd.DataFrame(

@@ -1,8 +1,9 @@
 """The search itself: bracket the capacity geometrically, bisect the bracket, confirm its lower end.
 
 It knows nothing of servers or simulators: ``measure(rate_rps, phase)`` runs one step and returns its
-row (with a boolean ``passed``), or None when the time budget cannot hold another step. So the logic is
-tested against a fake step, and the measured and predicted searches are the same search.
+row (with a boolean ``passed``), or None when the time budget cannot hold another step, or raises
+:class:`StopSearch` with its reason when the search cannot go on. So the logic is tested against a fake
+step, and the measured and predicted searches are the same search.
 
 1. Bracket: from ``rate_low_rps`` double the rate (up to ``rate_high_rps``) until a step fails; if
    the first step fails, halve instead until one passes (at most ``MAX_HALVINGS`` times).
@@ -22,12 +23,14 @@ from typing import Any
 
 __all__: list[str] = []
 
+BUDGET_SPENT = "budget_s spent: stopped before the next step; every step measured so far is kept"
+
 MAX_HALVINGS = 6
 MAX_DOUBLINGS = 40
 
 
-class _Stop(Exception):
-    """The time budget cannot hold the next step."""
+class StopSearch(Exception):
+    """The search cannot go on (its message says why); the steps measured so far are kept."""
 
 
 @dataclass
@@ -56,7 +59,7 @@ def search(
     def run(rate: float, phase: str) -> bool:
         row = measure(rate, phase)
         if row is None:
-            raise _Stop
+            raise StopSearch(BUDGET_SPENT)
         out.rows.append({"phase": phase, **row, "rate_rps": rate})
         verdicts.setdefault(rate, []).append(bool(row["passed"]))
         return bool(row["passed"])
@@ -78,9 +81,9 @@ def search(
             below = [r for r, v in verdicts.items() if r < high and all(v)]
             low = max(below) if below else _halve(run, high)[0]
         out.reason = _ending(low, high, rate_low_rps, rate_high_rps, rel_tolerance)
-    except _Stop:
+    except StopSearch as stop:
         out.stopped_early = True
-        out.reason = "budget_s spent: stopped before the next step; every step measured so far is kept"
+        out.reason = str(stop)
         passing = [r for r, v in verdicts.items() if all(v)]
         failing = [r for r, v in verdicts.items() if not all(v)]
         low = max([r for r in passing if not failing or r < min(failing)], default=None)
