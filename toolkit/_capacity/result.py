@@ -43,7 +43,7 @@ class CapacityResult:
         metric, value, SLO and margin, or the queue's growth; empty when passed), ``end_s`` (when the
         step stopped waiting for its requests, s from its start) and ``wall_s``.
         A measured step adds ``client_fell_behind`` (the client sent late, see
-        :func:`toolkit.replay_trace`) and ``errors`` (requests that failed or were not sent).
+        :func:`toolkit.replay_trace`) and ``errors`` (requests that failed, were cancelled at the step's end or were not sent).
     summary : pandas.DataFrame
         One row: ``capacity_rps`` (the last rate that passed every one of its steps; NaN when none
         did), ``failed_rps`` (the first rate above it that failed; NaN when none did),

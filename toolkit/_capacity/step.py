@@ -102,7 +102,7 @@ def _reason(row: dict, spec: Spec, over: dict[str, float], stable: bool | None, 
         if math.isinf(value):
             missing = int((~finished).sum())
             parts.append(
-                f"{metric} p{q:g} not reached: {missing} of {finished.size} requests did not finish "
+                f"{metric} p{q:g} not reached: {missing} of {finished.size} requests failed or did not finish "
                 f"(SLO {spec.slos[metric]:g} ms)"
             )
         else:
