@@ -333,6 +333,8 @@ def test_cli_json_predicts_what_the_function_does_and_measures_a_server(capsys):
                 "--base-url", server.base_url, "--percentile", "90", "--min-requests", "30", "--rate-low-rps", "20",
                 "--rate-high-rps", "40", "--repeats", "1", "--quiet", "--json", *question]  # fmt: skip
         assert main(argv) == 0
+        prompts = [r["messages"][0]["content"] for r in server.requests if r.get("stream")]
+    assert len(prompts) == 2 * 34 and len(set(prompts)) == len(prompts)  # no step resends another's prompt
     printed = json.loads(capsys.readouterr().out)
     direct = toolkit.predict_capacity(
         "Llama-3.1-8B", "H100 SXM", "fp16", slo_ttft_ms=1000, slo_tpot_ms=60, percentile=90, prompt_tokens=512,

@@ -12,7 +12,7 @@ import pandas as pd
 from toolkit._args import check_number
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import StopSearch, search
-from toolkit._capacity.spec import Spec, check_spec, step_trace
+from toolkit._capacity.spec import Spec, check_spec, step_seed, step_trace
 from toolkit._capacity.step import judge_step
 
 __all__ = ["find_capacity"]
@@ -110,7 +110,8 @@ def find_capacity(
     exact_output : bool
         Ask for exactly ``output_tokens`` (see :func:`toolkit.replay_trace`).
     seed : int
-        Seed of arrivals, lengths and prompt words; step ``i`` uses ``seed + i`` (0 to 2**62).
+        Seed of arrivals, lengths and prompt words (0 to 2**61); step ``i`` uses ``seed + i * 2**24``,
+        so no two steps send the same prompt.
     api_key, api_key_env, extra_body, progress
         As for :func:`toolkit.replay_trace`.
 
@@ -156,15 +157,15 @@ def _search(spec: Spec, base_url: str, send: dict, started: float, budget: float
     warnings: list[str] = []
 
     def measure(rate: float, phase: str) -> dict[str, Any] | None:
-        step_seed = spec.seed + len(steps_run)
-        trace = step_trace(spec, rate, step_seed)
+        seed = step_seed(spec, len(steps_run))
+        trace = step_trace(spec, rate, seed)
         deadline = float(trace["arrival_s"].iloc[-1]) + spec.drain_s
         if time.perf_counter() - started + deadline + STEP_SETUP_S > budget:
             return None
         t0 = time.perf_counter()
         try:
             replay = replay_trace(
-                trace, base_url, timeout_s=deadline, deadline_s=deadline, max_lateness_ms=50.0, seed=step_seed, **send
+                trace, base_url, timeout_s=deadline, deadline_s=deadline, max_lateness_ms=50.0, seed=seed, **send
             )
         except OSError as exc:  # ConnectionError and TimeoutError among them
             if not steps_run:
@@ -187,7 +188,7 @@ def _search(spec: Spec, base_url: str, send: dict, started: float, budget: float
         if fell_behind:
             warnings.append(f"at {rate:.4g} req/s the client sent late: that step's arrivals were smoother")
         errors = int((~req["outcome"].eq("ok")).sum())
-        return {"seed": step_seed, **row, "client_fell_behind": fell_behind, "errors": errors,
+        return {"seed": seed, **row, "client_fell_behind": fell_behind, "errors": errors,
                 "wall_s": time.perf_counter() - t0}  # fmt: skip
 
     steps_run: list[float] = []

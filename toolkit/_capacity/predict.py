@@ -11,7 +11,7 @@ import pandas as pd
 
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import search
-from toolkit._capacity.spec import METRICS, Spec, check_spec, step_trace
+from toolkit._capacity.spec import METRICS, Spec, check_spec, step_seed, step_trace
 from toolkit._capacity.step import judge_step
 
 __all__ = ["predict_capacity"]
@@ -71,7 +71,8 @@ def predict_capacity(
     calibration, cost, max_batch, max_num_batched_tokens, tensor_parallel, kv_dtype, backend
         As for :func:`toolkit.simulate`.
     seed : int
-        Seed of the steps' requests; step ``i`` uses ``seed + i`` (0 to 2**62).
+        Seed of the steps' requests (0 to 2**61); step ``i`` uses ``seed + i * 2**24``, as
+        :func:`toolkit.find_capacity`'s steps do.
 
     Returns
     -------
@@ -119,13 +120,13 @@ def _search(spec: Spec, engine: dict[str, Any]):
     runs: list[float] = []
 
     def measure(rate: float, phase: str) -> dict[str, Any]:
-        step_seed = spec.seed + len(runs)
+        seed = step_seed(spec, len(runs))
         runs.append(rate)
         t0 = time.perf_counter()
-        trace = step_trace(spec, rate, step_seed)
+        trace = step_trace(spec, rate, seed)
         sim = simulate(
             model=None, gpu=None, quant=None, prompt_tokens=None, output_tokens=None, num_requests=None,
-            trace=trace, seed=step_seed, progress=False, **engine,
+            trace=trace, seed=seed, progress=False, **engine,
         )  # fmt: skip
         req = sim.requests
         end_s = float(trace["arrival_s"].iloc[-1]) + spec.drain_s
@@ -138,7 +139,7 @@ def _search(spec: Spec, engine: dict[str, Any]):
             }
         )
         row = judge_step(frame, spec, rate_rps=rate, end_s=end_s)
-        return {"seed": step_seed, **row, "wall_s": time.perf_counter() - t0}
+        return {"seed": seed, **row, "wall_s": time.perf_counter() - t0}
 
     return search(
         measure,

@@ -25,6 +25,11 @@ METRICS = ("ttft", "tpot", "e2e")
 # they meet an empty queue, which the rest of an open-loop run does not
 WARMUP_FRACTION = 0.1
 MAX_RATE_RPS = 1e6
+# step i's seed is seed + i * SEED_STRIDE: a replay words request j's prompt from its seed + j, so
+# steps one apart would otherwise send the same prompts shifted by one request, and a server's prefix
+# cache would serve a later step's prompts from an earlier step's (the stride exceeds MAX_REQUESTS)
+SEED_STRIDE = 2**24
+MAX_SEED = 2**61
 # lengths of the generated requests when neither they nor a trace are given
 DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 128, 64
 
@@ -103,7 +108,7 @@ def check_spec(a: dict[str, Any]) -> Spec:
         arrivals=arrivals,
         ca2=ca2,
         drain_s=0.0,
-        seed=check_int("seed", a["seed"], low=0, high=2**62),
+        seed=check_int("seed", a["seed"], low=0, high=MAX_SEED),
     )
     if spec.step_requests > MAX_REQUESTS:
         raise ValueError(f"min_requests gives {spec.step_requests} requests a step, above {MAX_REQUESTS}")
@@ -128,6 +133,11 @@ def _longest_output(spec: Spec) -> int:
         return int(spec.trace["output_tokens"].max())
     drawn = _draw_tokens("output_tokens", spec.output_tokens, np.random.default_rng(spec.seed), 1000)
     return int(drawn.max())
+
+
+def step_seed(spec: Spec, step: int) -> int:
+    """The seed of step ``step`` (0, 1, ...): of its arrivals, lengths and prompt words."""
+    return spec.seed + step * SEED_STRIDE
 
 
 def step_trace(spec: Spec, rate_rps: float, seed: int) -> pd.DataFrame:
