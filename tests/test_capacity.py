@@ -401,3 +401,18 @@ def test_a_trace_is_scaled_to_each_steps_rate_keeping_its_lengths():
         assert set(zip(step["prompt_tokens"], step["output_tokens"])) <= pairs
     predicted = toolkit.predict_capacity(cost=FixedStep(1), max_batch=8, slo_ttft_ms=500, trace=trace)
     assert predicted.summary["capacity_rps"].iloc[0] > 0
+
+
+def test_a_traces_cached_tokens_reach_the_simulator():
+    # 1,000-token prompts on a cost model charging only for prefilled tokens: a cache hit of 900 of
+    # them leaves a tenth of the work, so the predicted capacity grows
+    class PrefillCost(FixedStep):
+        def step_ms(self, decode_seqs, kv_tokens, prefill_tokens=0, prefill_context_tokens=0):
+            return np.asarray(prefill_tokens, dtype=float) * 0.04 + 0.0 * np.asarray(kv_tokens, dtype=float)
+
+    arrival = np.arange(200) * 0.5
+    trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": 1000, "output_tokens": 1})
+    kwargs = dict(cost=PrefillCost(0), max_batch=1, max_num_batched_tokens=1000, slo_ttft_ms=300, percentile=90)
+    cold = toolkit.predict_capacity(trace=trace, **kwargs).summary["capacity_rps"].iloc[0]
+    warm = toolkit.predict_capacity(trace=trace.assign(cached_tokens=900), **kwargs).summary["capacity_rps"].iloc[0]
+    assert warm > 5 * cold

@@ -142,7 +142,7 @@ def step_seed(spec: Spec, step: int) -> int:
 
 def step_trace(spec: Spec, rate_rps: float, seed: int) -> pd.DataFrame:
     """The ``spec.step_requests`` requests of one step at ``rate_rps``: ``arrival_s`` (s from the
-    step's start), ``prompt_tokens``, ``output_tokens``.
+    step's start), ``prompt_tokens``, ``output_tokens`` (and a trace's ``cached_tokens``).
 
     Lengths: drawn from ``prompt_tokens`` and ``output_tokens``, with gaps from ``arrivals``/``ca2``
     scaled so their mean is exactly ``1 / rate_rps``.
@@ -160,7 +160,8 @@ def step_trace(spec: Spec, rate_rps: float, seed: int) -> pd.DataFrame:
         prompt = _draw_tokens("prompt_tokens", spec.prompt_tokens, rng, n)
         output = _draw_tokens("output_tokens", spec.output_tokens, rng, n)
         return pd.DataFrame({"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output})
-    base = spec.trace[["arrival_s", "prompt_tokens", "output_tokens"]]
+    kept = ["arrival_s", "prompt_tokens", "output_tokens", "cached_tokens"]
+    base = spec.trace[[c for c in kept if c in spec.trace]]
     start = float(base["arrival_s"].min())
     # the trace's window: its span plus one mean gap, so copies end to end keep its rate
     window = (float(base["arrival_s"].max()) - start) * len(base) / (len(base) - 1)
