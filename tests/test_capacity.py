@@ -416,3 +416,20 @@ def test_a_traces_cached_tokens_reach_the_simulator():
     cold = toolkit.predict_capacity(trace=trace, **kwargs).summary["capacity_rps"].iloc[0]
     warm = toolkit.predict_capacity(trace=trace.assign(cached_tokens=900), **kwargs).summary["capacity_rps"].iloc[0]
     assert warm > 5 * cold
+
+
+def test_cli_help_is_instant_and_every_option_explained():
+    code = (
+        "import sys\nfrom toolkit.__main__ import main\ntry:\n    main(['capacity', '--help'])\n"
+        "except SystemExit:\n    pass\nprint(sorted(m for m in ('pandas', 'numpy', 'scipy', 'httpx') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+    import argparse
+
+    from toolkit._capacity import cli
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    cli.add_cli(sub)
+    for action in sub.choices["capacity"]._actions:
+        assert action.help or action.dest == "help", action.option_strings
