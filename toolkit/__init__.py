@@ -82,6 +82,10 @@ _EXPORTS: dict[str, str] = {
     "accuracy_summary": "_validation.published",
     "gpu_reference_check": "_validation.gpu_reference",
     "published_accuracy_chart": "_report.accuracy_chart",
+    # capacity at an SLO
+    "find_capacity": "_capacity.measure",
+    "predict_capacity": "_capacity.predict",
+    "CapacityResult": "_capacity.result",
 }
 
 __all__ = sorted(_EXPORTS)

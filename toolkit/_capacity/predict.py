@@ -1,0 +1,150 @@
+"""Predicting a server's capacity at an SLO: the same search as :func:`toolkit.find_capacity`, each step
+a run of :func:`toolkit.simulate` on the same generated requests, judged by the same rule."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pandas as pd
+
+from toolkit._capacity.result import CapacityResult, build_result
+from toolkit._capacity.search import search
+from toolkit._capacity.spec import METRICS, Spec, check_spec, step_seed, step_trace
+from toolkit._capacity.step import judge_step
+
+__all__ = ["predict_capacity"]
+
+# simulated steps are cheap: each measures at least this many requests, whatever the rule's minimum
+PREDICT_REQUESTS = 2000
+
+
+def predict_capacity(
+    model: object = None,
+    gpu: object = None,
+    quant: object = None,
+    *,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    slo_e2e_ms: float | None = None,
+    percentile: float = 99.0,
+    prompt_tokens: Any = None,
+    output_tokens: Any = None,
+    trace: pd.DataFrame | None = None,
+    arrivals: str = "poisson",
+    ca2: float = 1.0,
+    min_requests: int | None = None,
+    rate_low_rps: float = 1.0,
+    rate_high_rps: float | None = None,
+    rel_tolerance: float = 0.02,
+    repeats: int = 2,
+    drain_s: float | None = None,
+    calibration: object = None,
+    cost: object = None,
+    max_batch: int = 256,
+    max_num_batched_tokens: int = 2048,
+    tensor_parallel: int = 1,
+    kv_dtype: object = "fp16",
+    backend: object = None,
+    seed: int = 0,
+) -> CapacityResult:
+    """Predict the highest open-loop arrival rate a server sustains within its latency SLOs.
+
+    The search, the steps' requests and the pass rule are those of :func:`toolkit.find_capacity`
+    (see there); each step is :func:`toolkit.simulate` of the step's requests on one replica, and a
+    request still running ``drain_s`` after the step's last arrival counts as unfinished, as a
+    measured step cancels it. The same search is then run with each SLO alone: the rate at which
+    that SLO would bind by itself. Deterministic for a ``seed``.
+
+    Parameters
+    ----------
+    model, gpu, quant : str or spec
+        As for :func:`toolkit.cost_model`; ignored (may be None) when ``cost`` is given.
+    slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, percentile, prompt_tokens, output_tokens, trace, arrivals, ca2
+        As for :func:`toolkit.find_capacity`.
+    min_requests : int or None
+        Measured requests per step (30 to 10**6); None takes the larger of the rule's minimum for
+        ``percentile`` and 2000 (a simulated step is cheap).
+    rate_low_rps, rate_high_rps, rel_tolerance, repeats, drain_s
+        As for :func:`toolkit.find_capacity` (``rel_tolerance`` defaults finer, 0.02).
+    calibration, cost, max_batch, max_num_batched_tokens, tensor_parallel, kv_dtype, backend
+        As for :func:`toolkit.simulate`.
+    seed : int
+        Seed of the steps' requests (0 to 2**61); step ``i`` uses ``seed + i * 2**24``, as
+        :func:`toolkit.find_capacity`'s steps do.
+
+    Returns
+    -------
+    CapacityResult
+        As :func:`toolkit.find_capacity` returns, with ``ttft_alone_rps``, ``tpot_alone_rps`` and
+        ``e2e_alone_rps`` in the summary (NaN for an SLO not given).
+
+    Raises
+    ------
+    ValueError
+        No SLO, or an argument out of range (the message names it).
+    """
+    from toolkit._model.serving import cost_model
+
+    started = time.perf_counter()
+    spec = check_spec(dict(locals()))
+    if min_requests is None:
+        spec = Spec(**{**spec.__dict__, "min_requests": max(spec.rule_requests, PREDICT_REQUESTS)})
+    if cost is None:
+        cost = cost_model(
+            model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, calibration=calibration,
+            backend=backend, max_num_batched_tokens=max_num_batched_tokens,
+        )  # fmt: skip
+    engine = {"cost": cost, "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens}
+    outcome = _search(spec, engine)
+    alone = {f"{m}_alone_rps": math.nan for m in METRICS}
+    for metric, slo in spec.slos.items():
+        if len(spec.slos) == 1:
+            alone[f"{metric}_alone_rps"] = outcome.capacity_rps
+        else:
+            only = Spec(**{**spec.__dict__, "slos": {metric: slo}})
+            alone[f"{metric}_alone_rps"] = _search(only, engine).capacity_rps
+    params = {"model": model, "gpu": gpu, "quant": quant, "drain_s": spec.drain_s, "seed": spec.seed, **engine}
+    result = build_result(
+        outcome, spec, wall_s=time.perf_counter() - started, budget_s=math.inf, params=params, warnings=[]
+    )
+    for column, value in alone.items():
+        result.summary[column] = value
+    return result
+
+
+def _search(spec: Spec, engine: dict[str, Any]):
+    from toolkit._queueing.simulator import simulate
+
+    runs: list[float] = []
+
+    def measure(rate: float, phase: str) -> dict[str, Any]:
+        seed = step_seed(spec, len(runs))
+        runs.append(rate)
+        t0 = time.perf_counter()
+        trace = step_trace(spec, rate, seed)
+        sim = simulate(
+            model=None, gpu=None, quant=None, prompt_tokens=None, output_tokens=None, num_requests=None,
+            trace=trace, seed=seed, progress=False, **engine,
+        )  # fmt: skip
+        req = sim.requests
+        end_s = float(trace["arrival_s"].iloc[-1]) + spec.drain_s
+        done = (req["arrival_s"] + req["e2e_s"]).to_numpy() <= end_s
+        frame = pd.DataFrame(
+            {
+                "arrival_s": req["arrival_s"],
+                **{f"{m}_ms": req[f"{m}_s"].where(done) * 1e3 for m in METRICS},
+                "finished": done,
+            }
+        )
+        row = judge_step(frame, spec, rate_rps=rate, end_s=end_s)
+        return {"seed": seed, **row, "wall_s": time.perf_counter() - t0}
+
+    return search(
+        measure,
+        rate_low_rps=spec.rate_low_rps,
+        rate_high_rps=spec.rate_high_rps,
+        rel_tolerance=spec.rel_tolerance,
+        repeats=spec.repeats,
+    )
