@@ -64,7 +64,8 @@ def scale_blocks(frame: pd.DataFrame, *, token_scale: float) -> pd.DataFrame:
     The block becomes ``max(1, round(block * token_scale))`` tokens and every request keeps its
     blocks, so the sharing between requests stays as it was; a scaled prompt is then moved into
     the range its blocks cover (``(k - 1) * block + 1`` to ``k * block`` tokens for ``k`` blocks),
-    which rounding can leave by a few tokens.
+    which the block's rounding can leave: by at most ``k`` times that rounding (under 1% of the
+    prompt for blocks of 50 tokens or more).
     """
     block = block_tokens_of(frame)
     scaled = max(1, round(block * token_scale))
