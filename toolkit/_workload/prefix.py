@@ -185,9 +185,9 @@ def reuse_curve(trace: pd.DataFrame, capacity_tokens: object = None) -> pd.DataF
     trace : pandas.DataFrame
         A frame with prefix structure (see the module's docstring for the cache model).
     capacity_tokens : float or sequence of float, optional
-        Capacities in tokens (>= 0, finite). Default: 48 points spaced evenly in log from one block
-        to the working set (the distinct blocks times the block size), where the unbounded cache's
-        hit rate is reached.
+        Capacities in tokens (>= 0, finite). Default: up to 48 whole-block capacities spaced evenly
+        in log from one block to the working set (the distinct blocks times the block size), where
+        the unbounded cache's hit rate is reached.
 
     Returns
     -------
