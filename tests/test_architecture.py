@@ -228,6 +228,7 @@ LAYERS = (
     {"_planning"},
     {"_calibration"},
     {"_sweep"},
+    {"_capacity"},
     {"_validation"},
     {"_report"},
     {"__main__"},
