@@ -49,8 +49,9 @@ from toolkit._sweep.bounded import BodyTooLarge, excerpt, lines
 from toolkit._sweep.files import redact
 from toolkit._sweep.records import (
     _BARE_429_WAIT_S,
-    _BODY_EXCERPT,
     _CLOCK_SLACK_S,
+    _ERROR_CHARS,
+    _RAW_EXCERPT,
     NAN,
     _cancelled,
     _LaneError,
@@ -182,7 +183,15 @@ async def _exchange(
     end = time.perf_counter()
     if not error and not stream.finished:
         error = "stream ended without [DONE] or a finish_reason"
-    return _record(stream, start, end, redact(error, secrets)), "".join(stream.text)
+    record = _record(stream, start, end, error)
+    # redacted before it is cut (a cut could leave a piece of a key too short to be recognised), and
+    # after the usage check, whose message may quote the server too
+    record["error"] = _clip(redact(record["error"], secrets))
+    return record, "".join(stream.text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 3] + "..."
 
 
 async def _stream_chat(
@@ -192,7 +201,7 @@ async def _stream_chat(
         stream.status = response.status_code
         if response.status_code != 200:
             stream.retry_after_s = _retry_after(response.headers.get("retry-after"))
-            text = (await excerpt(response, max_bytes=4 * _BODY_EXCERPT))[:_BODY_EXCERPT].strip()
+            text = (await excerpt(response, max_bytes=_RAW_EXCERPT)).strip()
             raise _LaneError(f"HTTP {response.status_code}: {text}" if text else f"HTTP {response.status_code}")
         async for line in lines(response):
             if not line.startswith("data:"):
@@ -207,7 +216,7 @@ async def _stream_chat(
                 # ValueError covers malformed JSON and integers past Python's digit limit;
                 # RecursionError a nesting deeper than the parser's stack
                 reason = "too deeply nested" if isinstance(exc, RecursionError) else "malformed"
-                raise _LaneError(f"{reason} SSE data line: {data[:_BODY_EXCERPT]!r}") from None
+                raise _LaneError(f"{reason} SSE data line: {data[:_RAW_EXCERPT]!r}") from None
             _take_chunk(chunk, stream, start)
 
 

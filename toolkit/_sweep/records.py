@@ -17,7 +17,11 @@ NAN = math.nan
 MAX_TOKEN_COUNT = 10**9
 
 
-_BODY_EXCERPT = 300  # characters of an error body kept in the record
+# A server's text in an error is read up to _RAW_EXCERPT characters, redacted (a key it echoes
+# blanked, see toolkit._sweep.files.redact), and only then cut to _ERROR_CHARS for the record.
+_BODY_EXCERPT = 300  # characters of a server's text an error message quotes
+_RAW_EXCERPT = 4 * _BODY_EXCERPT
+_ERROR_CHARS = _BODY_EXCERPT + 100  # the record's error: the message's own words and the quote
 
 
 _BARE_429_WAIT_S = 1.0  # pause after a 429 that names no Retry-After, rather than retrying at once
@@ -89,16 +93,16 @@ class _LaneError(Exception):
 
 def _take_chunk(chunk: Any, stream: _Stream, start: float) -> None:
     if not isinstance(chunk, dict):
-        raise _LaneError(f"SSE data is not a JSON object: {str(chunk)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"SSE data is not a JSON object: {str(chunk)[:_RAW_EXCERPT]!r}")
     if chunk.get("error"):
-        raise _LaneError(f"server error in stream: {str(chunk['error'])[:_BODY_EXCERPT]}")
+        raise _LaneError(f"server error in stream: {str(chunk['error'])[:_RAW_EXCERPT]}")
     if isinstance(chunk.get("usage"), dict):
         stream.usage = chunk["usage"]
     if isinstance(chunk.get("timings"), dict):
         stream.timings = chunk["timings"]
     choices = chunk.get("choices") or []
     if not isinstance(choices, list):
-        raise _LaneError(f"SSE chunk has a malformed 'choices': {str(choices)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"SSE chunk has a malformed 'choices': {str(choices)[:_RAW_EXCERPT]!r}")
     for choice in choices:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not isinstance(delta, dict):
@@ -121,11 +125,11 @@ def _token_count(value: Any, field: str) -> float:
     if value is None:
         return NAN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _LaneError(f"{field} is not a token count: {str(value)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"{field} is not a token count: {str(value)[:_RAW_EXCERPT]!r}")
     if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
         raise _LaneError(f"{field} is not a whole number of tokens: {value!r}")
     if not 0 <= value <= MAX_TOKEN_COUNT:
-        raise _LaneError(f"{field} is out of range (0 to {MAX_TOKEN_COUNT:,}): {str(value)[:_BODY_EXCERPT]}")
+        raise _LaneError(f"{field} is out of range (0 to {MAX_TOKEN_COUNT:,}): {str(value)[:_RAW_EXCERPT]}")
     return float(value)
 
 
