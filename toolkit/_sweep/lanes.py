@@ -8,14 +8,16 @@ Definitions (one row per attempt, all times from the client's clock, ``time.perf
 - ``e2e_ms``: request sent -> end of the stream (``data: [DONE]``, or the close after a chunk with a
   ``finish_reason``). NaN when the request failed.
 - ``tpot_ms`` = (e2e - ttft) / (output_tokens - 1): the mean time per output token after the first.
-  NaN when fewer than two tokens were produced.
+  NaN when fewer than two tokens were produced or their count is unknown.
 - ``llm_s``: seconds the attempt spent on the request, successful or not (for a failure: until it
   failed). Summed over a level, it is the inference time to compare with the wall clock.
-- ``output_tokens`` / ``prompt_tokens``: ``usage.completion_tokens`` / ``usage.prompt_tokens`` when the
-  server sent a usage chunk (``tokens_from_usage`` True); otherwise the number of non-empty content
-  chunks (one token per chunk on llama.cpp and vLLM; an approximation elsewhere) and NaN prompt
-  tokens, with ``tokens_from_usage`` False. Unknown (NaN) for a failed request: a failure is never
-  counted as zero tokens.
+- ``output_tokens`` / ``prompt_tokens``: ``usage.completion_tokens`` / ``usage.prompt_tokens`` as the
+  server reported them (``tokens_from_usage`` True when it reported the former). A count the server
+  did not report (no usage chunk, a stream closed after its ``finish_reason``, a null field) is NaN,
+  never the content chunks counted instead (``content_chunks`` holds those). A completion count that
+  disagrees with the chunks received beyond ``USAGE_CHUNK_FACTOR`` times plus ``USAGE_CHUNK_SLACK``
+  (:mod:`toolkit._sweep.records`) is NaN too, with ``usage_disagrees`` True. Unknown (NaN) for a
+  failed request: a failure is never counted as zero tokens.
 - ``cached_tokens``: ``usage.prompt_tokens_details.cached_tokens`` as the provider reports it, NaN
   when it reports nothing (vLLM sends ``null``).
 - ``server_*``: llama.cpp's own ``timings`` object of the final chunk (``server_tpot_ms`` is its

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 __all__: list[str] = []
 
@@ -62,6 +63,7 @@ LANE_COLUMNS = [
     "cancelled",
     "tokens_from_usage",
     "content_chunks",
+    "usage_disagrees",
     "status_code",
     "retry_after_s",
     "start_s",
@@ -161,6 +163,18 @@ def _timing(value: Any) -> float:
     return number if math.isfinite(number) and number >= 0 else NAN
 
 
+# usage.completion_tokens and the content chunks received agree when neither exceeds the other by
+# more than this factor plus this many: one token per chunk on llama.cpp, vLLM and SGLang, a few per
+# chunk under speculative decoding. Beyond it the count is not believed (NaN, ``usage_disagrees``).
+USAGE_CHUNK_FACTOR = 8
+USAGE_CHUNK_SLACK = 8
+
+
+def _disagree(tokens: float, chunks: int) -> bool:
+    limit = USAGE_CHUNK_FACTOR * min(tokens, chunks) + USAGE_CHUNK_SLACK
+    return max(tokens, chunks) > limit
+
+
 def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, Any]:
     usage = stream.usage or {}
     out = prompt = cached = NAN
@@ -171,10 +185,11 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
             error = str(exc)
     ok = not error
     from_usage = ok and math.isfinite(out)
+    disagrees = from_usage and _disagree(out, stream.chunks)
     if not ok:
         out = prompt = cached = NAN
-    elif not from_usage:
-        out = float(stream.chunks)
+    elif disagrees:
+        out = NAN  # a count unknown to the server stays unknown: never the chunks counted instead
     e2e_ms = (end - start) * 1000 if ok else NAN
     ttft_ms = stream.ttft_s * 1000
     tpot_ms = (e2e_ms - ttft_ms) / (out - 1) if ok and out >= 2 and math.isfinite(ttft_ms) else NAN
@@ -194,6 +209,7 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "error": error,
         "tokens_from_usage": bool(from_usage),
         "content_chunks": stream.chunks,
+        "usage_disagrees": bool(disagrees),
         "status_code": stream.status,
         "retry_after_s": stream.retry_after_s,
         "cancelled": False,
@@ -212,3 +228,18 @@ def _cancelled(base: dict[str, Any], start: float, level_t0: float, reason: str)
     record = _record(_Stream(), start, now, reason)
     record.update(base, start_s=start - level_t0, end_s=now - level_t0, final=False, cancelled=True)
     return record
+
+
+def unknown_output(measured: pd.DataFrame) -> str:
+    """Why some of ``measured``'s ``output_tokens`` are unknown: how many answers carried no
+    ``usage.completion_tokens`` and how many carried one the content chunks contradict."""
+    flags = measured["usage_disagrees"] if "usage_disagrees" in measured else pd.Series(False, index=measured.index)
+    disagree = int(flags.fillna(False).astype(bool).sum())
+    missing = int(measured["output_tokens"].isna().sum()) - disagree
+    parts = [f"{missing} of {len(measured)} answers carried no usage.completion_tokens"] if missing else []
+    if disagree:
+        parts.append(
+            f"{disagree} carried a usage.completion_tokens that the content chunks received contradict "
+            f"(beyond {USAGE_CHUNK_FACTOR}x + {USAGE_CHUNK_SLACK})"
+        )
+    return " and ".join(parts)
