@@ -40,7 +40,7 @@ def _echoed_every_case(server: HostileServer) -> None:
     assert all(body.get("stream") for _, body in server.chat)
 
 
-def test_key_len_is_48():
+def test_the_key_is_48_characters_with_43_pieces():
     assert len(KEY) == 48 and len(PIECES) == 43
 
 

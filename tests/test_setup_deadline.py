@@ -57,5 +57,6 @@ def test_profile_budget_ends_the_waves_too():
     assert len(frame) == 10  # one repeat: 2 decode, 2 + 3 batch and 3 prefill requests
     first = frame[frame["wave"] == 0]
     assert len(server.chat) == 1 and len(first) == 1
-    assert first["outcome"].eq("error").all() and first["error"].str.contains("cancelled").all()
+    assert first["outcome"].eq("error").all()
+    assert first["error"].eq("cancelled: profile's budget_s=2 s was reached").all()
     assert frame.loc[frame["wave"] > 0, "outcome"].eq("not_run").all()

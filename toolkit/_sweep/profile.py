@@ -207,7 +207,7 @@ async def _profile(
 
             before = host_state.sample(pid)
             records = await _send_all(
-                client, ses.chat_url, ses.auth, body_for, np.zeros(n), timeout_s, left, ses.secrets, False
+                client, ses.chat_url, ses.auth, body_for, np.zeros(n), timeout_s, left, ses.secrets, False, bound
             )
             after = host_state.sample(pid)
             took[key] = max(took.get(key, 0.0), after.wall_s - before.wall_s)

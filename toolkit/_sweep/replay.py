@@ -221,10 +221,11 @@ async def _send_all(
     deadline_s: float | None,
     secrets: tuple[str, ...],
     progress: bool,
+    bound: str = "the replay's deadline",
 ) -> list[dict[str, Any]]:
     """Send request ``i`` (body ``body_for(i)``, built as it is sent) at ``arrival_s[i]``, in order of
     arrival; one row per request, in the given order, whatever happened to it. ``deadline_s`` counts
-    from now."""
+    from now; ``bound`` names it in the rows it stops."""
     rows: list[dict[str, Any]] = [{} for _ in arrival_s]
     bar = tqdm(total=len(rows), desc="replay", unit="req", leave=False, disable=not progress)
     stop_at = math.inf if deadline_s is None else time.perf_counter() + deadline_s
@@ -236,7 +237,7 @@ async def _send_all(
                 client, chat_url, body, auth=auth, timeout_s=timeout_s, secrets=secrets, start=sent
             )
         except asyncio.CancelledError:
-            record = _record(_Stream(), sent, time.perf_counter(), "cancelled: the replay's deadline was reached")
+            record = _record(_Stream(), sent, time.perf_counter(), f"cancelled: {bound} was reached")
         rows[i].update(record, end_s=time.perf_counter() - t0)
         bar.update()
 
@@ -260,7 +261,7 @@ async def _send_all(
     bar.close()
     for row in rows:
         if not row:
-            row.update(outcome="not_sent", error="not sent: the replay's deadline came first")
+            row.update(outcome="not_sent", error=f"not sent: {bound} came first")
     return rows
 
 
