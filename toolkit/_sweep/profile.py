@@ -195,7 +195,11 @@ async def _profile(
             n, key = int(cell.batch), (cell.cell, cell.batch, cell.prompt_tokens_target)
             left = until - time.monotonic()
             if left <= took.get(key, 0.0):
-                why = "the profile's budget_s was spent" if left <= 0 else "the budget_s left is shorter than this cell"
+                why = (
+                    "the profile's budget_s was spent"
+                    if left <= 0
+                    else "the budget_s left is shorter than an earlier wave of this cell took"
+                )
                 rows += [{**base, "request": i, "outcome": "not_run", "error": why} for i in range(n)]
                 continue
             p_tokens, o_tokens = int(cell.prompt_tokens_target), int(cell.output_tokens_target)
