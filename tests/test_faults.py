@@ -126,28 +126,32 @@ def test_every_lane_failing_gives_unknown_rates_not_zeros(server, tmp_path):
 
 
 # --- answers that arrive but lack something ---------------------------------------------------------
-def test_missing_usage_falls_back_to_counted_chunks_and_leaves_prompt_tokens_unknown(server, tmp_path):
+def test_missing_usage_leaves_every_token_count_unknown(server, tmp_path):
     prompts = [f"[[fault:no_usage]] {p}" for p in PROMPTS]
     result = _sweep(server, prompts, tmp_path / "sweep", limits=(1,))
     lanes = result.lanes
     assert (lanes["outcome"] == "ok").all()
-    assert (lanes["output_tokens"] == TOKENS).all()  # one word per chunk, TOKENS chunks sent
+    assert (lanes["content_chunks"] == TOKENS).all()  # one word per chunk, TOKENS chunks sent
+    assert lanes["output_tokens"].isna().all()  # not the chunks counted in its place
     assert not lanes["tokens_from_usage"].astype(bool).any()
     assert lanes["prompt_tokens"].isna().all() and lanes["cached_tokens"].isna().all()
     row = result.levels.iloc[0]
-    assert row["output_tokens"] == 4 * TOKENS
+    assert math.isnan(row["output_tokens"]) and math.isnan(row["dec_tok_s"])
     assert math.isnan(row["prompt_tokens"]) and math.isnan(row["provider_cached_rate"])
+    assert "4 of 4 answers carried no usage.completion_tokens" in row["reason"]
     assert "prompt_tokens" in row["reason"] and "provider_cached_rate" in row["reason"]
 
 
-def test_one_lane_without_usage_does_not_shrink_the_level_prompt_total(server, tmp_path):
+def test_one_lane_without_usage_does_not_shrink_the_level_totals(server, tmp_path):
     # three lanes report 5 prompt tokens each, one (6 words with its marker) reports nothing: the
-    # level's prompt total is 21 in truth, so 15 would be a confident wrong number; NaN is acceptable
+    # level's prompt total is 21 in truth, so 15 would be a confident wrong number; NaN is acceptable,
+    # and so for its output total (4 * TOKENS in truth)
     prompts = _with_fault(0, "[[fault:no_usage]]")
     result = _sweep(server, prompts, tmp_path / "sweep", limits=(1,))
     row = result.levels.iloc[0]
     assert row["lanes_ok"] == 4
-    assert row["output_tokens"] == 4 * TOKENS
+    assert math.isnan(row["output_tokens"]) or row["output_tokens"] == 4 * TOKENS, row["output_tokens"]
+    assert "1 of 4 answers carried no usage.completion_tokens" in row["reason"]
     truth = sum(len(p.split()) for p in prompts)
     assert math.isnan(row["prompt_tokens"]) or row["prompt_tokens"] == truth, row["prompt_tokens"]
 

@@ -97,14 +97,14 @@ def test_tokens_come_from_usage_and_prompt_tokens_from_the_server_count():
     assert lane.prompt_tokens == len(words(srv.requests[0]))
 
 
-def test_without_a_usage_chunk_tokens_are_counted_deltas_and_flagged():
+def test_without_a_usage_chunk_token_counts_are_unknown_and_flagged():
     def script(srv, body):
         return Script(tokens=["a", "b", "c"], usage=False)
 
     with StreamingServer(script_for=script) as srv:
         res = run(srv, ["x"])
     lane = res.lanes.iloc[0]
-    assert lane.output_tokens == 3 and not lane.tokens_from_usage
+    assert math.isnan(lane.output_tokens) and lane.content_chunks == 3 and not lane.tokens_from_usage
     assert math.isnan(lane.prompt_tokens) and math.isnan(lane.cached_tokens)
     assert math.isnan(res.levels.iloc[0].prompt_tokens)
     assert "prompt_tokens" in res.levels.iloc[0].reason

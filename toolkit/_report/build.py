@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,6 +21,7 @@ from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measu
 from toolkit._report.page import _page, _slug
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 from toolkit._report.trust_section import _trust
+from toolkit._sweep.files import redact
 from toolkit._sweep.host_state import BUSY_OPENING
 
 __all__ = ["build_report"]
@@ -28,6 +30,7 @@ __all__ = ["build_report"]
 # ``reports_dir``.
 NOTEBOOK_DIR = Path("notebooks")
 REPORTS_DIR = Path("reports")
+FAILED_FILE = "FAILED.txt"
 
 
 def build_report(
@@ -83,7 +86,10 @@ def build_report(
     Returns
     -------
     pathlib.Path
-        The ``index.html`` written. Beside it: ``<chart>.png`` / ``<chart>.svg`` per chart,
+        The ``index.html`` written (last, so a folder with one holds a finished report). When the
+        report fails, the error is raised and nothing is lost: a folder this call created with nothing
+        in it is removed; a folder holding what was finished (a sweep's files) is kept, with
+        ``FAILED.txt`` saying why the report stopped. Beside it: ``<chart>.png`` / ``<chart>.svg`` per chart,
         ``levels.csv`` (one row per in-flight limit, the columns of ``SweepResult.levels``: wall_s in
         s, dec_tok_s in tokens/s, ...), ``lanes.csv`` (one row per lane attempt) where measured, and
         from the lanes ``latency.csv`` (TTFT, ITL or TPOT, E2E percentiles per level, ms),
@@ -103,7 +109,41 @@ def build_report(
         default_name = "recorded-llama-server" if recorded else "llama-server-gemma3-270m"
     name = name or default_name
     out = Path(out_dir) if out_dir is not None else Path(reports_dir) / f"{dt.date.today().isoformat()}-{_slug(name)}"
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(out, base_url, model, name, recorded, execute_notebooks, api_key, Path(notebook_dir), progress)
+    except BaseException as exc:
+        _after_failure(out, created, exc, secrets=(api_key or os.environ.get("TOOLKIT_API_KEY") or "",))
+        raise
+
+
+def _after_failure(out: Path, created: bool, exc: BaseException, *, secrets: tuple[str, ...]) -> None:
+    """Leave nothing where nothing was written (a folder this call created is removed), else keep
+    what was finished and say in ``FAILED.txt`` why the report stopped."""
+    if not any(p.is_file() for p in out.rglob("*")):
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        return
+    why = redact(f"{type(exc).__name__}: {exc}", secrets)
+    (out / FAILED_FILE).write_text(
+        f"The report failed before it was finished: {why}\nThe files here are what was finished before it"
+        " stopped; there is no index.html.\n",
+        encoding="utf-8",
+    )
+
+
+def _write(
+    out: Path,
+    base_url: str | None,
+    model: str | None,
+    name: str,
+    recorded: bool,
+    execute_notebooks: bool,
+    api_key: str | None,
+    notebook_dir: Path,
+    progress: bool,
+) -> Path:
     bar = tqdm(total=4, desc="report", unit="step", disable=not progress)
     bar.set_postfix_str("measuring")
     if base_url:
@@ -130,7 +170,7 @@ def build_report(
     bar.update()
     bar.set_postfix_str("notebooks")
     if execute_notebooks:
-        sections.append(_notebook_section(out, base_url, model, Path(notebook_dir)))
+        sections.append(_notebook_section(out, base_url, model, notebook_dir))
     bar.update()
     bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)

@@ -1,7 +1,8 @@
 """``python -m toolkit sweep``: run a concurrency sweep from the command line.
 
 Prompts file: ``.jsonl`` with one lane per line (a JSON string, ``{"prompt": "..."}`` or
-``{"messages": [...]}``), or any other text file with one prompt per non-empty line. The API key is
+``{"messages": [...]}``), or any other text file with one prompt per non-empty line; a regular UTF-8
+file of at most 256 MiB (``--system-file``: 1 MiB). The API key is
 read from the environment (``--api-key-env``, default ``TOOLKIT_API_KEY``), never from the command
 line, where it would land in shell history and ``ps``.
 """
@@ -14,7 +15,13 @@ import os
 import sys
 from pathlib import Path
 
+from toolkit._files import read_user_text
+
 __all__: list[str] = []
+
+# the largest prompts file and system-prompt file read: far beyond any sweep's lanes, far below memory
+MAX_PROMPTS_BYTES = 256 << 20
+MAX_SYSTEM_BYTES = 1 << 20
 
 DEFAULT_COLUMNS = [
     "in_flight",
@@ -74,7 +81,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-url", help="Prometheus page (default: <base-url>/metrics)")
     p.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
     p.add_argument("--no-tag-levels", "--no-tag", action="store_true", help="do not tag prompts per level")
-    p.add_argument("--extra-body", type=json.loads, help="extra JSON request fields, e.g. '{\"temperature\": 0}'")
+    p.add_argument("--extra-body", type=_json_object, help="extra JSON request fields, e.g. '{\"temperature\": 0}'")
     p.add_argument("--api-key-env", default="TOOLKIT_API_KEY", help="environment variable holding the API key")
     p.add_argument(
         "--metrics-api-key-env", help="environment variable holding a key for a --metrics-url on another origin"
@@ -92,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     from toolkit._sweep.llama_server import LlamaServer
     from toolkit._sweep.prompts import lane_prompts
 
-    system = args.system_file.read_text(encoding="utf-8") if args.system_file else None
+    system = read_user_text("--system-file", args.system_file, max_bytes=MAX_SYSTEM_BYTES) if args.system_file else None
     if args.prompts is not None:
         prompts = read_prompts(args.prompts)
     elif args.local:
@@ -147,19 +154,44 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def read_prompts(path: str | os.PathLike) -> list:
-    """Lanes from a prompts file: JSON lines (string, ``prompt`` or ``messages``) or one per text line."""
-    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    """Lanes from a prompts file: JSON lines (string, ``prompt`` or ``messages``) or one per text line.
+
+    The file must be a regular UTF-8 file of at most ``MAX_PROMPTS_BYTES``; anything else, and a line
+    that is not JSON (or nested too deeply to parse), is a ``ValueError`` naming the file and line.
+    """
+    text = read_user_text("--prompts", path, max_bytes=MAX_PROMPTS_BYTES)
     if Path(path).suffix != ".jsonl":
-        return lines
+        return [ln for ln in text.splitlines() if ln.strip()]
     prompts = []
-    for n, line in enumerate(lines, 1):
-        obj = json.loads(line)
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = _json(line, f"{path}:{n}")
         if isinstance(obj, dict):
             obj = obj.get("messages", obj.get("prompt"))
         if obj is None:
             raise ValueError(f"{path}:{n}: expected a string, {{'prompt': ...}} or {{'messages': [...]}}")
         prompts.append(obj)
     return prompts
+
+
+def _json(text: str, where: str) -> object:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}: not JSON ({exc})") from None
+
+
+def _json_object(text: str) -> dict:
+    try:
+        obj = _json(text, "--extra-body")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError(f"--extra-body must be a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -11,7 +11,10 @@
 - ``run.json``: the sweep's parameters, its tagging nonce and how it ended. Never the API key.
 
 Every string that reaches a file first passes :func:`redact`, which blanks the secrets the sweep was
-given (the API key, a password in the URL), in case a server echoed them back in an error body.
+given (the API key, a password in the URL), in case a server echoed them back in an error body. An
+error body is read only up to a bound, so a key it echoes can be cut anywhere: :func:`redact` blanks
+every run of ``MIN_FRAGMENT`` or more characters that also occurs inside a secret, not only the whole
+secret, and what it leaves can be cut again without bringing a piece of a secret back.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +42,55 @@ _URL_PASSWORD = re.compile(r"(?<=://)([^/@:\s]+):([^/@\s]+)@")
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """Return ``value`` with every secret (and any ``user:password@`` in a URL) replaced by ``***``.
+    """Return ``value`` with every secret, every piece of one, and any ``user:password@`` in a URL
+    replaced by ``***``.
 
-    Strings are scrubbed; dicts and lists are scrubbed recursively; other values pass unchanged.
+    A piece is a run of at least ``MIN_FRAGMENT`` characters that occurs in a secret: a body cut in
+    the middle of a key leaves a prefix of it at the cut, and a suffix where the cut was before it.
+    A secret shorter than ``MIN_FRAGMENT`` is matched whole. Strings are scrubbed; dicts and lists
+    are scrubbed recursively; other values pass unchanged.
     """
     if isinstance(value, str):
         for secret in secrets:
             if secret:
-                value = value.replace(secret, REDACTED)
+                value = _blank_pieces(value, secret)
         return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", value)
     if isinstance(value, dict):
         return {k: redact(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
     return value
+
+
+# the shortest piece of a secret that is blanked: a run this long rarely occurs by chance in an error
+# text, and what a leak of five characters of a 32-character or longer key tells is little
+MIN_FRAGMENT = 6
+
+
+@lru_cache(maxsize=32)
+def _pieces(secret: str) -> re.Pattern[str]:
+    # a lookahead matches at every position, so overlapping pieces are all found
+    grams = sorted({secret[i : i + MIN_FRAGMENT] for i in range(len(secret) - MIN_FRAGMENT + 1)})
+    return re.compile("(?=(" + "|".join(map(re.escape, grams)) + "))")
+
+
+def _blank_pieces(text: str, secret: str) -> str:
+    if len(secret) < MIN_FRAGMENT:
+        return text.replace(secret, REDACTED)
+    spans: list[list[int]] = []
+    for match in _pieces(secret).finditer(text):
+        start, end = match.start(), match.start() + MIN_FRAGMENT
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+    if not spans:
+        return text
+    out, last = [], 0
+    for start, end in spans:
+        out += [text[last:start], REDACTED]
+        last = end
+    return "".join([*out, text[last:]])
 
 
 # The only fields of a record, a table or run.json that can carry a credential: text that came from

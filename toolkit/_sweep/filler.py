@@ -11,6 +11,12 @@ of random filler words sized so that the server's ``usage.prompt_tokens`` equals
    the chat template's own tokens ``a = p1 - b * k1``. A prompt of ``n`` tokens gets
    ``round((n - a) / b)`` words (at least one), so a target below ``a + b`` cannot be met.
 
+A server whose counts make no sense is refused rather than believed: ``b`` must lie between
+``MIN_TOKENS_PER_WORD`` and ``MAX_TOKENS_PER_WORD`` (a common English word is one or two tokens on any
+subword tokenizer, about five on a byte-level one), so a prompt is never more than
+``1 / MIN_TOKENS_PER_WORD`` times its target in words (plus the calibration's 16), however the server
+lies.
+
 Each request draws its words from its own seeded generator, so no two prompts share a prefix beyond
 the chat template (a production trace carries no information about shared prefixes).
 """
@@ -45,6 +51,10 @@ WORDS = (  # noqa: SIM905 - a paragraph of words reads better than 200 quoted on
 ).split()
 
 _CALIBRATION_WORDS = (16, 256)
+MIN_TOKENS_PER_WORD = 0.25
+MAX_TOKENS_PER_WORD = 8.0
+# the /tokenize probes are answered at once by a server that has the endpoint: a longer wait is no answer
+_TOKENIZE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -109,9 +119,11 @@ async def build_filler(
         counts.append(usage)
     (k1, k2), (p1, p2) = _CALIBRATION_WORDS, counts
     per_word = (p2 - p1) / (k2 - k1)
-    if per_word <= 0:
+    if not MIN_TOKENS_PER_WORD <= per_word <= MAX_TOKENS_PER_WORD:
         raise ConnectionError(
-            f"calibrating prompt lengths: usage.prompt_tokens did not grow with the prompt ({p1}, {p2})"
+            f"calibrating prompt lengths: usage.prompt_tokens was {p1} for {k1} words and {p2} for {k2}, "
+            f"{per_word:.3g} tokens per word; a count from {MIN_TOKENS_PER_WORD:g} to {MAX_TOKENS_PER_WORD:g} "
+            "is believed, so the server's counts cannot size prompts"
         )
     return Filler(words, p1 - per_word * k1, per_word, draft.method)
 
@@ -138,7 +150,7 @@ async def _single_token_words(
                 "POST",
                 root + "/tokenize",
                 max_bytes=MAX_EXCERPT_BYTES,
-                timeout_s=timeout_s,
+                timeout_s=min(timeout_s, _TOKENIZE_TIMEOUT_S),
                 json=body,
                 auth=auth,
             )

@@ -8,14 +8,16 @@ Definitions (one row per attempt, all times from the client's clock, ``time.perf
 - ``e2e_ms``: request sent -> end of the stream (``data: [DONE]``, or the close after a chunk with a
   ``finish_reason``). NaN when the request failed.
 - ``tpot_ms`` = (e2e - ttft) / (output_tokens - 1): the mean time per output token after the first.
-  NaN when fewer than two tokens were produced.
+  NaN when fewer than two tokens were produced or their count is unknown.
 - ``llm_s``: seconds the attempt spent on the request, successful or not (for a failure: until it
   failed). Summed over a level, it is the inference time to compare with the wall clock.
-- ``output_tokens`` / ``prompt_tokens``: ``usage.completion_tokens`` / ``usage.prompt_tokens`` when the
-  server sent a usage chunk (``tokens_from_usage`` True); otherwise the number of non-empty content
-  chunks (one token per chunk on llama.cpp and vLLM; an approximation elsewhere) and NaN prompt
-  tokens, with ``tokens_from_usage`` False. Unknown (NaN) for a failed request: a failure is never
-  counted as zero tokens.
+- ``output_tokens`` / ``prompt_tokens``: ``usage.completion_tokens`` / ``usage.prompt_tokens`` as the
+  server reported them (``tokens_from_usage`` True when it reported the former). A count the server
+  did not report (no usage chunk, a stream closed after its ``finish_reason``, a null field) is NaN,
+  never the content chunks counted instead (``content_chunks`` holds those). A completion count that
+  disagrees with the chunks received beyond ``USAGE_CHUNK_FACTOR`` times plus ``USAGE_CHUNK_SLACK``
+  (:mod:`toolkit._sweep.records`) is NaN too, with ``usage_disagrees`` True. Unknown (NaN) for a
+  failed request: a failure is never counted as zero tokens.
 - ``cached_tokens``: ``usage.prompt_tokens_details.cached_tokens`` as the provider reports it, NaN
   when it reports nothing (vLLM sends ``null``).
 - ``server_*``: llama.cpp's own ``timings`` object of the final chunk (``server_tpot_ms`` is its
@@ -49,8 +51,9 @@ from toolkit._sweep.bounded import BodyTooLarge, excerpt, lines
 from toolkit._sweep.files import redact
 from toolkit._sweep.records import (
     _BARE_429_WAIT_S,
-    _BODY_EXCERPT,
     _CLOCK_SLACK_S,
+    _ERROR_CHARS,
+    _RAW_EXCERPT,
     NAN,
     _cancelled,
     _LaneError,
@@ -182,7 +185,15 @@ async def _exchange(
     end = time.perf_counter()
     if not error and not stream.finished:
         error = "stream ended without [DONE] or a finish_reason"
-    return _record(stream, start, end, redact(error, secrets)), "".join(stream.text)
+    record = _record(stream, start, end, error)
+    # redacted before it is cut (a cut could leave a piece of a key too short to be recognised), and
+    # after the usage check, whose message may quote the server too
+    record["error"] = _clip(redact(record["error"], secrets))
+    return record, "".join(stream.text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _ERROR_CHARS else text[: _ERROR_CHARS - 3] + "..."
 
 
 async def _stream_chat(
@@ -192,7 +203,7 @@ async def _stream_chat(
         stream.status = response.status_code
         if response.status_code != 200:
             stream.retry_after_s = _retry_after(response.headers.get("retry-after"))
-            text = (await excerpt(response, max_bytes=4 * _BODY_EXCERPT))[:_BODY_EXCERPT].strip()
+            text = (await excerpt(response, max_bytes=_RAW_EXCERPT)).strip()
             raise _LaneError(f"HTTP {response.status_code}: {text}" if text else f"HTTP {response.status_code}")
         async for line in lines(response):
             if not line.startswith("data:"):
@@ -207,7 +218,7 @@ async def _stream_chat(
                 # ValueError covers malformed JSON and integers past Python's digit limit;
                 # RecursionError a nesting deeper than the parser's stack
                 reason = "too deeply nested" if isinstance(exc, RecursionError) else "malformed"
-                raise _LaneError(f"{reason} SSE data line: {data[:_BODY_EXCERPT]!r}") from None
+                raise _LaneError(f"{reason} SSE data line: {data[:_RAW_EXCERPT]!r}") from None
             _take_chunk(chunk, stream, start)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from toolkit._sweep.records import unknown_output
 from toolkit._sweep.verdict_interval import elasticity_ci95
 
 __all__: list[str] = []
@@ -125,9 +126,12 @@ def summarize(
     measured = records[records["outcome"].isin(["ok", "rejected"])] if len(records) else records
     finals = records[records["final"].astype(bool)] if len(records) else records
     ok_lanes = int((finals["outcome"] == "ok").sum()) if len(finals) else 0
-    out_tokens = float(measured["output_tokens"].sum()) if len(measured) else NAN
+    out = measured["output_tokens"] if len(measured) else pd.Series(dtype=float)
+    out_tokens = float(out.sum()) if len(out) and out.notna().all() else NAN  # a partial sum would mislead
     if not len(measured):
         reasons.append("output_tokens, dec_tok_s: no attempt completed")
+    elif out.isna().any():
+        reasons.append(f"output_tokens: {unknown_output(measured)}")
     prompt = measured["prompt_tokens"] if len(measured) else pd.Series(dtype=float)
     prompt_tokens = float(prompt.sum()) if len(prompt) and prompt.notna().all() else NAN
     if prompt.isna().any():  # a partial sum would be a confident wrong total

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 __all__: list[str] = []
 
@@ -17,7 +18,11 @@ NAN = math.nan
 MAX_TOKEN_COUNT = 10**9
 
 
-_BODY_EXCERPT = 300  # characters of an error body kept in the record
+# A server's text in an error is read up to _RAW_EXCERPT characters, redacted (a key it echoes
+# blanked, see toolkit._sweep.files.redact), and only then cut to _ERROR_CHARS for the record.
+_BODY_EXCERPT = 300  # characters of a server's text an error message quotes
+_RAW_EXCERPT = 4 * _BODY_EXCERPT
+_ERROR_CHARS = _BODY_EXCERPT + 100  # the record's error: the message's own words and the quote
 
 
 _BARE_429_WAIT_S = 1.0  # pause after a 429 that names no Retry-After, rather than retrying at once
@@ -58,6 +63,7 @@ LANE_COLUMNS = [
     "cancelled",
     "tokens_from_usage",
     "content_chunks",
+    "usage_disagrees",
     "status_code",
     "retry_after_s",
     "start_s",
@@ -89,16 +95,16 @@ class _LaneError(Exception):
 
 def _take_chunk(chunk: Any, stream: _Stream, start: float) -> None:
     if not isinstance(chunk, dict):
-        raise _LaneError(f"SSE data is not a JSON object: {str(chunk)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"SSE data is not a JSON object: {str(chunk)[:_RAW_EXCERPT]!r}")
     if chunk.get("error"):
-        raise _LaneError(f"server error in stream: {str(chunk['error'])[:_BODY_EXCERPT]}")
+        raise _LaneError(f"server error in stream: {str(chunk['error'])[:_RAW_EXCERPT]}")
     if isinstance(chunk.get("usage"), dict):
         stream.usage = chunk["usage"]
     if isinstance(chunk.get("timings"), dict):
         stream.timings = chunk["timings"]
     choices = chunk.get("choices") or []
     if not isinstance(choices, list):
-        raise _LaneError(f"SSE chunk has a malformed 'choices': {str(choices)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"SSE chunk has a malformed 'choices': {str(choices)[:_RAW_EXCERPT]!r}")
     for choice in choices:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not isinstance(delta, dict):
@@ -121,11 +127,11 @@ def _token_count(value: Any, field: str) -> float:
     if value is None:
         return NAN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _LaneError(f"{field} is not a token count: {str(value)[:_BODY_EXCERPT]!r}")
+        raise _LaneError(f"{field} is not a token count: {str(value)[:_RAW_EXCERPT]!r}")
     if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
         raise _LaneError(f"{field} is not a whole number of tokens: {value!r}")
     if not 0 <= value <= MAX_TOKEN_COUNT:
-        raise _LaneError(f"{field} is out of range (0 to {MAX_TOKEN_COUNT:,}): {str(value)[:_BODY_EXCERPT]}")
+        raise _LaneError(f"{field} is out of range (0 to {MAX_TOKEN_COUNT:,}): {str(value)[:_RAW_EXCERPT]}")
     return float(value)
 
 
@@ -157,6 +163,18 @@ def _timing(value: Any) -> float:
     return number if math.isfinite(number) and number >= 0 else NAN
 
 
+# usage.completion_tokens and the content chunks received agree when neither exceeds the other by
+# more than this factor plus this many: one token per chunk on llama.cpp, vLLM and SGLang, a few per
+# chunk under speculative decoding. Beyond it the count is not believed (NaN, ``usage_disagrees``).
+USAGE_CHUNK_FACTOR = 8
+USAGE_CHUNK_SLACK = 8
+
+
+def _disagree(tokens: float, chunks: int) -> bool:
+    limit = USAGE_CHUNK_FACTOR * min(tokens, chunks) + USAGE_CHUNK_SLACK
+    return max(tokens, chunks) > limit
+
+
 def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, Any]:
     usage = stream.usage or {}
     out = prompt = cached = NAN
@@ -167,10 +185,11 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
             error = str(exc)
     ok = not error
     from_usage = ok and math.isfinite(out)
+    disagrees = from_usage and _disagree(out, stream.chunks)
     if not ok:
         out = prompt = cached = NAN
-    elif not from_usage:
-        out = float(stream.chunks)
+    elif disagrees:
+        out = NAN  # a count unknown to the server stays unknown: never the chunks counted instead
     e2e_ms = (end - start) * 1000 if ok else NAN
     ttft_ms = stream.ttft_s * 1000
     tpot_ms = (e2e_ms - ttft_ms) / (out - 1) if ok and out >= 2 and math.isfinite(ttft_ms) else NAN
@@ -190,6 +209,7 @@ def _record(stream: _Stream, start: float, end: float, error: str) -> dict[str, 
         "error": error,
         "tokens_from_usage": bool(from_usage),
         "content_chunks": stream.chunks,
+        "usage_disagrees": bool(disagrees),
         "status_code": stream.status,
         "retry_after_s": stream.retry_after_s,
         "cancelled": False,
@@ -208,3 +228,18 @@ def _cancelled(base: dict[str, Any], start: float, level_t0: float, reason: str)
     record = _record(_Stream(), start, now, reason)
     record.update(base, start_s=start - level_t0, end_s=now - level_t0, final=False, cancelled=True)
     return record
+
+
+def unknown_output(measured: pd.DataFrame) -> str:
+    """Why some of ``measured``'s ``output_tokens`` are unknown: how many answers carried no
+    ``usage.completion_tokens`` and how many carried one the content chunks contradict."""
+    flags = measured["usage_disagrees"] if "usage_disagrees" in measured else pd.Series(False, index=measured.index)
+    disagree = int(flags.fillna(False).astype(bool).sum())
+    missing = int(measured["output_tokens"].isna().sum()) - disagree
+    parts = [f"{missing} of {len(measured)} answers carried no usage.completion_tokens"] if missing else []
+    if disagree:
+        parts.append(
+            f"{disagree} carried a usage.completion_tokens that the content chunks received contradict "
+            f"(beyond {USAGE_CHUNK_FACTOR}x + {USAGE_CHUNK_SLACK})"
+        )
+    return " and ".join(parts)

@@ -8,6 +8,10 @@ its output is held to the row's ``output_tokens`` with ``max_tokens`` and, when 
 did in production. Whether it did is measured, not assumed: ``output_exact`` compares the server's
 ``usage.completion_tokens`` with the target.
 
+Rows are sent in order of ``arrival_s`` (as :func:`toolkit.simulate` reads a trace), whatever their
+order in the frame, and each prompt is built as its row is sent, so memory does not grow with the
+trace.
+
 The client's own punctuality is measured too: ``lateness_ms`` is how long after its scheduled time
 each request left. A client that falls behind (the 99th percentile above ``max_lateness_ms``)
 replays a different, smoother trace than the one given, and the result says so.
@@ -18,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -83,8 +87,11 @@ def replay_trace(
     timeout_s : float
         Limit for one request, sending to last byte, in seconds (> 0).
     deadline_s : float or None
-        Limit for the whole replay in seconds (> 0): at the deadline nothing more is sent, requests
-        in flight are cancelled, and both are rows with an error (never dropped).
+        Limit for the whole call in seconds (> 0), counted from the call: set-up (the model probe,
+        the ``/tokenize`` probe, the two calibration requests, a local server's start) falls inside
+        it. At the deadline nothing more is sent, requests in flight are cancelled, and both are rows
+        with an error (never dropped). When set-up itself does not finish in time nothing has been
+        measured, and a ``TimeoutError`` says which step it was on.
     max_lateness_ms : float
         The client is said to have fallen behind when the 99th percentile of ``lateness_ms`` exceeds
         this (> 0).
@@ -110,9 +117,14 @@ def replay_trace(
     ValueError
         An argument out of range (the message names it) or a malformed trace.
     ConnectionError
-        Nothing answered at ``<base_url>/v1/models``, or prompt lengths could not be calibrated.
+        Nothing answered at ``<base_url>/v1/models``, or prompt lengths could not be calibrated (the
+        server's counts put tokens per word outside the believed range, see
+        :mod:`toolkit._sweep.filler`).
+    TimeoutError
+        ``deadline_s`` ran out before set-up finished; nothing was sent.
     """
-    args = _check(dict(locals()))
+    started = time.monotonic()
+    args = _check(dict(locals())) | {"started": started}
     if args["base_url"] is None:
         with LlamaServer() as local:
             return _run(args | {"base_url": local.base_url})
@@ -150,13 +162,19 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
 
 async def _replay(
     *, trace, arrival_s, prompt_tokens, output_tokens, base_url, model, exact_output, timeout_s, deadline_s,
-    max_lateness_ms, seed, api_key, extra_body, progress,
+    max_lateness_ms, seed, api_key, extra_body, progress, started,
 ) -> ReplayResult:  # fmt: skip
-    async with session(base_url, model, api_key, timeout_s, seed) as ses:
+    until = math.inf if deadline_s is None else started + deadline_s
+    bound = f"replay_trace's deadline_s={deadline_s:g} s" if deadline_s is not None else ""
+    async with session(base_url, model, api_key, timeout_s, seed, until=until, bound=bound) as ses:
         model, filler = ses.model, ses.filler
-        bodies = _bodies(filler, model, prompt_tokens, output_tokens, exact_output, extra_body, seed)
+
+        def body_for(i: int) -> dict[str, Any]:
+            return _body(filler, model, prompt_tokens[i], output_tokens[i], exact_output, extra_body, seed + i)
+
+        left = None if deadline_s is None else until - time.monotonic()
         rows = await _send_all(
-            ses.client, ses.chat_url, ses.auth, bodies, arrival_s, timeout_s, deadline_s, ses.secrets, progress
+            ses.client, ses.chat_url, ses.auth, body_for, arrival_s, timeout_s, left, ses.secrets, progress
         )
     root = ses.root
     requests = _requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
@@ -175,70 +193,65 @@ async def _replay(
     return ReplayResult(requests=requests, summary=summary, params=params, warnings=tuple(warnings))
 
 
-def _bodies(
-    filler: Filler,
-    model: str,
-    prompt_tokens: np.ndarray,
-    output_tokens: np.ndarray,
-    exact: bool,
-    extra: dict,
-    seed: int,
-) -> list[dict[str, Any]]:
-    bodies = []
-    for i, (n_prompt, n_output) in enumerate(zip(prompt_tokens, output_tokens, strict=True)):
-        text = filler.text(filler.words_for(int(n_prompt)), seed=seed + i)
-        body = {
-            **extra,
-            "model": model,
-            "messages": [{"role": "user", "content": text}],
-            "max_tokens": int(n_output),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if exact:
-            body.update(ignore_eos=True, min_tokens=int(n_output))
-        bodies.append(body)
-    return bodies
+def _body(
+    filler: Filler, model: str, n_prompt: int, n_output: int, exact: bool, extra: dict, seed: int
+) -> dict[str, Any]:
+    """One request's body: a prompt of ``n_prompt`` tokens from words seeded with ``seed``."""
+    body = {
+        **extra,
+        "model": model,
+        "messages": [{"role": "user", "content": filler.text(filler.words_for(int(n_prompt)), seed=seed)}],
+        "max_tokens": int(n_output),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if exact:
+        body.update(ignore_eos=True, min_tokens=int(n_output))
+    return body
 
 
 async def _send_all(
     client: httpx.AsyncClient,
     chat_url: str,
     auth: httpx.Auth | None,
-    bodies: list[dict[str, Any]],
+    body_for: Callable[[int], dict[str, Any]],
     arrival_s: np.ndarray,
     timeout_s: float,
     deadline_s: float | None,
     secrets: tuple[str, ...],
     progress: bool,
+    bound: str = "the replay's deadline",
 ) -> list[dict[str, Any]]:
-    """Send each body at its arrival time; one row per body, whatever happened to it."""
-    rows: list[dict[str, Any]] = [{} for _ in bodies]
-    bar = tqdm(total=len(bodies), desc="replay", unit="req", leave=False, disable=not progress)
+    """Send request ``i`` (body ``body_for(i)``, built as it is sent) at ``arrival_s[i]``, in order of
+    arrival; one row per request, in the given order, whatever happened to it. ``deadline_s`` counts
+    from now; ``bound`` names it in the rows it stops."""
+    rows: list[dict[str, Any]] = [{} for _ in arrival_s]
+    bar = tqdm(total=len(rows), desc="replay", unit="req", leave=False, disable=not progress)
+    stop_at = math.inf if deadline_s is None else time.perf_counter() + deadline_s
     t0 = time.perf_counter() + 0.05  # a short lead so the first sends are not late by set-up time
-    stop_at = math.inf if deadline_s is None else t0 + deadline_s
 
-    async def one(i: int, sent: float) -> None:
+    async def one(i: int, body: dict[str, Any], sent: float) -> None:
         try:
             record, _ = await _exchange(
-                client, chat_url, bodies[i], auth=auth, timeout_s=timeout_s, secrets=secrets, start=sent
+                client, chat_url, body, auth=auth, timeout_s=timeout_s, secrets=secrets, start=sent
             )
         except asyncio.CancelledError:
-            record = _record(_Stream(), sent, time.perf_counter(), "cancelled: the replay's deadline was reached")
+            record = _record(_Stream(), sent, time.perf_counter(), f"cancelled: {bound} was reached")
         rows[i].update(record, end_s=time.perf_counter() - t0)
         bar.update()
 
     tasks = []
-    for i, arrival in enumerate(arrival_s):
-        scheduled = t0 + arrival
+    for i in np.argsort(arrival_s, kind="stable"):
+        scheduled = t0 + arrival_s[i]
         if scheduled >= stop_at:
             break
+        body = body_for(int(i))
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         sent = time.perf_counter()
         rows[i].update(sent_s=sent - t0, lateness_ms=(sent - scheduled) * 1000)
-        tasks.append(asyncio.create_task(one(i, sent)))
+        tasks.append(asyncio.create_task(one(int(i), body, sent)))
     if tasks:
         _, pending = await asyncio.wait(tasks, timeout=max(0.0, stop_at - time.perf_counter()))
         for task in pending:
@@ -247,7 +260,7 @@ async def _send_all(
     bar.close()
     for row in rows:
         if not row:
-            row.update(outcome="not_sent", error="not sent: the replay's deadline came first")
+            row.update(outcome="not_sent", error=f"not sent: {bound} came first")
     return rows
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from toolkit._sweep.records import unknown_output
+
 __all__ = ["ReplayResult"]
 
 _PERCENTILES = (50, 90, 99)
@@ -24,7 +26,9 @@ class ReplayResult:
         One row per trace row, in trace order: ``trace_row`` (position in the trace), ``arrival_s``
         (scheduled send, s from the start), ``sent_s`` (actual send, s), ``lateness_ms`` (sent minus
         scheduled, ms), ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``itl_ms_p50``, ``itl_ms_max`` (ms, as
-        the sweep defines them), ``prompt_tokens`` and ``output_tokens`` (the server's usage counts),
+        the sweep defines them), ``prompt_tokens`` and ``output_tokens`` (the server's usage counts;
+        NaN where it reported none, or where its completion count contradicts the chunks received,
+        then ``usage_disagrees``; ``content_chunks`` holds the chunks),
         ``prompt_tokens_target`` and ``output_tokens_target`` (the trace's), ``prompt_exact`` and
         ``output_exact`` (the two agree), ``prompt_words`` (filler words sent), ``prompt_reachable``
         (the target is at least the chat template's tokens plus one word), ``cached_tokens``,
@@ -33,11 +37,14 @@ class ReplayResult:
         never a zero: its latencies and counts are NaN.
     summary : pandas.DataFrame
         One row: ``requests``, ``sent``, ``ok``, ``failed``, ``not_sent``, ``output_exact_share`` (of
-        successful requests), ``prompt_exact_share`` (of successful requests with a reachable
-        target), ``prompt_unreachable`` (targets below the template's floor),
-        ``prompt_tokens_error_mean`` (mean absolute miss where reachable, tokens), ``duration_s`` (first send to last completion), ``offered_rps`` (requests
+        successful requests with a known output count), ``prompt_exact_share`` (of successful
+        requests with a known prompt count and a reachable target), ``output_unknown`` and
+        ``prompt_unknown`` (successful requests whose count is unknown), ``prompt_unreachable``
+        (targets below the template's floor), ``prompt_tokens_error_mean`` (mean absolute miss where
+        reachable, tokens), ``duration_s`` (first send to last completion), ``offered_rps`` (requests
         sent per second of the trace's span), ``achieved_rps`` (successes per second of
-        ``duration_s``), ``output_tok_s``, ``ttft_p50_ms`` ... ``e2e_p99_ms`` (50th, 90th, 99th
+        ``duration_s``), ``output_tok_s`` (NaN when an output count is unknown), ``ttft_p50_ms`` ...
+        ``e2e_p99_ms`` (50th, 90th, 99th
         percentiles of successful requests), ``itl_p50_ms`` (median of the per-request medians),
         ``itl_max_ms``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``lateness_max_ms``,
         ``late_sends`` (sends later than ``max_lateness_ms``) and ``fell_behind``.
@@ -66,7 +73,8 @@ def replay_summary(
 ) -> tuple[pd.DataFrame, list[str]]:
     """One summary row of a replay's requests, and the warnings that go with it."""
     ok = requests[requests["outcome"].eq("ok")]
-    reachable = ok[ok["prompt_reachable"]]
+    counted = ok[ok["output_tokens"].notna()]  # a count the server did not report is unknown, not a miss
+    reachable = ok[ok["prompt_reachable"] & ok["prompt_tokens"].notna()]
     sent = requests[requests["sent_s"].notna()]
     n_ok = len(ok)
     duration_s = float(requests["end_s"].max() - sent["sent_s"].min()) if len(sent) else float("nan")
@@ -77,7 +85,7 @@ def replay_summary(
         "ok": n_ok,
         "failed": int(requests["outcome"].eq("error").sum()),
         "not_sent": int(requests["outcome"].eq("not_sent").sum()),
-        "output_exact_share": float(ok["output_exact"].mean()) if n_ok else float("nan"),
+        "output_exact_share": float(counted["output_exact"].mean()) if len(counted) else float("nan"),
         "prompt_exact_share": float(reachable["prompt_exact"].mean()) if len(reachable) else float("nan"),
         "prompt_unreachable": int((~requests["prompt_reachable"]).sum()),
         "prompt_tokens_error_mean": float(
@@ -86,7 +94,11 @@ def replay_summary(
         "duration_s": duration_s,
         "offered_rps": len(sent) / span_s if span_s > 0 else float("nan"),
         "achieved_rps": n_ok / duration_s if duration_s > 0 else float("nan"),
-        "output_tok_s": float(ok["output_tokens"].sum()) / duration_s if duration_s > 0 else float("nan"),
+        "output_tok_s": float(ok["output_tokens"].sum()) / duration_s
+        if duration_s > 0 and len(counted) == n_ok
+        else float("nan"),
+        "output_unknown": n_ok - len(counted),
+        "prompt_unknown": int(ok["prompt_tokens"].isna().sum()),
     }
     for metric in ("ttft", "tpot", "e2e"):
         for q in _PERCENTILES:
@@ -99,7 +111,14 @@ def replay_summary(
     row["lateness_max_ms"] = float(lateness.max()) if len(lateness) else float("nan")
     row["late_sends"] = int((lateness > max_lateness_ms).sum())
     row["fell_behind"] = bool(row["lateness_p99_ms"] > max_lateness_ms)
-    return pd.DataFrame([row]), _warnings(row, prompt_method, max_lateness_ms)
+    out = _warnings(row, prompt_method, max_lateness_ms)
+    if row["output_unknown"]:
+        out.append(f"output_tokens are unknown (NaN) where {unknown_output(ok)}; output_exact_share and "
+                   "output_tok_s leave them out")  # fmt: skip
+    if row["prompt_unknown"]:
+        out.append(f"{row['prompt_unknown']} of {n_ok} answers carried no usage.prompt_tokens: their prompt "
+                   "lengths are unknown (NaN) and unchecked")  # fmt: skip
+    return pd.DataFrame([row]), out
 
 
 def _warnings(row: dict[str, Any], prompt_method: str, max_lateness_ms: float) -> list[str]:
@@ -115,6 +134,11 @@ def _warnings(row: dict[str, Any], prompt_method: str, max_lateness_ms: float) -
         out.append(
             f"only {row['output_exact_share']:.0%} of requests got their exact output length: the server "
             "may ignore ignore_eos/min_tokens, or the context is too short"
+        )
+    if row["prompt_exact_share"] < 0.95:
+        out.append(
+            f"only {row['prompt_exact_share']:.0%} of requests got their prompt length (mean miss "
+            f"{row['prompt_tokens_error_mean']:.1f} tokens): the server's token counts do not match its calibration"
         )
     if row["prompt_unreachable"]:
         out.append(

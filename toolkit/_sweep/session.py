@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,10 +42,21 @@ class _Session:
 
 @asynccontextmanager
 async def session(
-    base_url: str, model: str | None, api_key: str | None, timeout_s: float, seed: int
+    base_url: str,
+    model: str | None,
+    api_key: str | None,
+    timeout_s: float,
+    seed: int,
+    *,
+    until: float = math.inf,
+    bound: str = "",
 ) -> AsyncIterator[_Session]:
     """Open a client to ``base_url`` (credentials sent to its origin only), check it answers, pick the
-    model and size prompts (:func:`toolkit._sweep.filler.build_filler`)."""
+    model and size prompts (:func:`toolkit._sweep.filler.build_filler`).
+
+    ``until`` (``time.monotonic()``) is when the caller's own time bound, named ``bound``, runs out:
+    the set-up (model probe, ``/tokenize`` probes, calibration requests) is cut there with a
+    ``TimeoutError`` that names the bound and the step it was on."""
     url, auth, secrets = split_credentials(base_url)
     root = url.rstrip("/").removesuffix("/v1").rstrip("/")
     if api_key:
@@ -54,10 +68,16 @@ async def session(
         limits=CLIENT_LIMITS,
         trust_env=False,
     ) as client:
-        models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
-        model = model or models[0]
-        chat_url = root + "/v1/chat/completions"
-        filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
+        step = "the model probe (/v1/models)"
+        try:
+            async with asyncio.timeout(None if math.isinf(until) else max(0.0, until - time.monotonic())):
+                models = await _probe(client, root=root, model=model, auth=auth, timeout_s=timeout_s, secrets=secrets)
+                model = model or models[0]
+                chat_url = root + "/v1/chat/completions"
+                step = "sizing prompts (the /tokenize probe and the calibration requests)"
+                filler = await build_filler(client, root, chat_url, model, auth=auth, timeout_s=timeout_s, seed=seed)
+        except TimeoutError:
+            raise TimeoutError(f"{bound} ran out during set-up, in {step}; nothing was measured") from None
         yield _Session(client, auth, secrets, root, model, chat_url, filler)
 
 
