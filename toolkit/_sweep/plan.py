@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from toolkit._args import check_choice, check_int, check_number
-from toolkit._queueing.arrivals import ARRIVALS
+from toolkit._queueing.arrivals import ARRIVALS, MAX_CA2
 from toolkit._sweep.files import (
     split_credentials,
 )
@@ -98,7 +98,7 @@ class _Plan:
         closed_loop = a["rates"] is None
         max_in_flight, repeats, limits, rates, keys = _level_keys(a, n)
         arrivals = check_choice("arrivals", a["arrivals"], ARRIVALS)
-        ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=10_000)
+        ca2 = check_number("ca2", a["ca2"], low=0, low_inclusive=False, high=MAX_CA2)
         if arrivals == "poisson" and ca2 != 1.0:
             raise ValueError(f"ca2 must be 1 for poisson arrivals (use arrivals='gamma'), got {ca2!r}")
         for name in ("tag_levels", "resume", "progress"):
