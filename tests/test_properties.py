@@ -194,6 +194,28 @@ SPECS: dict[str, Spec] = {
         examples=10,
     ),
     "scrape_metrics": Spec(needs_server=True),
+    "session_workload": Spec(kwargs={"num_sessions": 5, "session_rate": 1.0}, examples=10),
+    "predict_capacity": Spec(
+        kwargs={**SERVING, "slo_ttft_ms": 2000.0, "prompt_tokens": 256, "output_tokens": 32, "rate_high_rps": 64.0},
+        numeric={"prompt_tokens": "array?", "output_tokens": "array?"},
+        examples=5,
+    ),
+    "find_capacity": Spec(
+        kwargs={
+            "model": "fault-model",
+            "slo_ttft_ms": 1000.0,
+            "percentile": 50.0,
+            "prompt_tokens": 4,
+            "output_tokens": 2,
+            "min_requests": 30,
+            "rate_high_rps": 40.0,
+            "budget_s": 4.0,
+            "progress": False,
+        },
+        numeric={"prompt_tokens": "int?", "output_tokens": "int?"},
+        examples=5,
+        needs_server=True,
+    ),
     "LlamaServer": Spec(),
     "queueing_chart": Spec(
         kwargs={"closed_form": pd.DataFrame({"utilization": [0.5, 0.9], "cs2": [1.0, 1.0], "wait_p95_s": [0.1, 1.0]})}
@@ -231,18 +253,35 @@ NOT_NUMERIC: dict[str, str] = {
     "decomposition_note": "takes a DataFrame",
     "notebook_levels": "takes a URL, a model name and a folder",
     "WorkloadDescription": "a result record returned by describe_workload",
+    "CapacityResult": "a result record returned by find_capacity and predict_capacity",
     "notebook_setup": "takes a renderer name; a bad one is a ValueError (test_notebook_setup_refuses_an_unknown_renderer)",
 }
 
+_CAPACITY_NONFINITE = (
+    "excess",
+    # the summary: NaN where no rate passed or failed, an SLO not given, or no budget (a prediction)
+    *("capacity_rps", "failed_rps", "interval_low_rps", "interval_high_rps", "budget_s"),
+    *(f"slo_{m}_ms" for m in ("ttft", "tpot", "e2e")),
+    *(f"{m}_alone_rps" for m in ("ttft", "tpot", "e2e")),
+    *(
+        f"{metric}_p{q}{bound}_ms"
+        for metric in ("ttft", "tpot", "e2e")
+        for q in (50, 99)
+        for bound in ("", "_low", "_high")
+    ),
+)
 # fields a docstring documents as possibly infinite or missing
 NONFINITE_OK: dict[str, tuple[str, ...]] = {
     "cost_model": ("max_batch",),  # CostModel: "the backend's cap on decoded sequences (inf when none)"
     # SimulationResult: "NaN for a closed loop and for fewer than MIN_GROWTH_REQUESTS measured requests"
     "simulate": ("queue_wait_growth",),
     "simulate_grid": ("queue_wait_growth",),
+    # CapacityResult: a percentile counts an unfinished request as infinitely slow, its bounds are -inf/inf
+    # where the sample is too small, ``excess`` is NaN for a step that passed; the summary's NaNs above
+    **{name: _CAPACITY_NONFINITE for name in ("find_capacity", "predict_capacity")},
 }
 # results that document NaN as "cannot be known" throughout (SweepResult); infinities still fail
-NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace", "profile"}
+NAN_MEANS_UNKNOWN = {"run_sweep", "replay_trace", "profile", "find_capacity"}
 
 
 # --- discovering numeric parameters -------------------------------------------------------------------
@@ -374,9 +413,10 @@ def _bounded(seconds: float = 2.0, extra_bytes: int = 1 << 30):
 def _call(name: str, pname: str, value: Any, server: FaultServer | None) -> Any:
     spec = SPECS[name]
     kwargs = dict(spec.kwargs)
-    if name in ("run_sweep", "replay_trace", "profile"):
+    if name in ("run_sweep", "replay_trace", "profile", "find_capacity"):
         kwargs.setdefault("base_url", server.base_url)
-        kwargs.setdefault("timeout_s", 5)
+        if name != "find_capacity":  # bounded by its budget_s
+            kwargs.setdefault("timeout_s", 5)
         if name == "run_sweep":
             kwargs.setdefault("limits", (1,))
     elif name == "scrape_metrics":

@@ -39,7 +39,7 @@ class CapacityResult:
         (passed with every SLO's upper bound within it too), ``clear_fail`` (some SLO's lower bound
         above it, or unstable), ``failed_metric`` (``ttft``, ``tpot``, ``e2e`` furthest over its
         SLO, ``queue`` for an unstable queue alone, None when passed), ``excess`` (that metric's
-        percentile over its SLO, minus 1: 0.2 is 20% over), ``reason`` (every failure in words:
+        percentile over its SLO, minus 1: 0.2 is 20% over; NaN when passed), ``reason`` (every failure in words:
         metric, value, SLO and margin, or the queue's growth; empty when passed), ``end_s`` (when the
         step stopped waiting for its requests, s from its start) and ``wall_s``.
         A measured step adds ``client_fell_behind`` (the client sent late, see
@@ -54,7 +54,7 @@ class CapacityResult:
         ``e2e`` or ``queue``), ``percentile``, ``slo_ttft_ms``, ``slo_tpot_ms``, ``slo_e2e_ms``
         (NaN where not given), ``steps``, ``requests_per_step`` (measured requests a step),
         ``rule_requests`` (the fewest the percentile needs, see ``toolkit._capacity.rule``),
-        ``wall_s`` (the whole search), ``budget_s``, ``stopped_early`` and ``reason`` (how the
+        ``wall_s`` (the whole search), ``budget_s`` (inf for a prediction), ``stopped_early`` and ``reason`` (how the
         search ended). :func:`toolkit.predict_capacity` adds ``ttft_alone_rps``,
         ``tpot_alone_rps`` and ``e2e_alone_rps``: the capacity with that SLO alone (NaN for an SLO
         not given).
