@@ -94,3 +94,20 @@ def test_an_accuracy_row_missing_from_the_measurements_is_refused():
     accuracy = pd.DataFrame({"id": ["zz"], "family": ["ttft"], "split": ["dev"], "predicted": [1.0], "abs_err": [0.1]})
     with pytest.raises(ValueError, match="not in measurements"):
         toolkit.accuracy_by_source(accuracy, pd.DataFrame({"id": ["a"], "source": [OTHER]}))
+
+
+def test_engine_scheduling_rows_are_cited_and_well_formed():
+    table = toolkit.engine_scheduling()
+    assert set(table["engine"]) <= set(toolkit.backends()["name"])
+    assert {"vllm", "sglang", "tgi", "trtllm", "llamacpp"} <= set(table["engine"])
+    assert set(table["prefill_order"]) <= {"prefill_first", "decode_first", "mixed"}
+    assert set(table["chunked_prefill"]) <= {"on", "off", "flag"}
+    assert set(table["status"]) <= {"read", "to check"}
+    assert table["source"].str.len().min() > 40
+    budgets = table["token_budget_tokens"].dropna()
+    assert (budgets > 0).all() and (budgets == budgets.round()).all()
+    # vLLM's V1 scheduler gives running requests their tokens first (vllm/v1/core/sched/scheduler.py)
+    v1 = toolkit.engine_scheduling("vllm")
+    assert set(v1.loc[v1["versions"].str.startswith("V1"), "prefill_order"]) == {"decode_first"}
+    with pytest.raises(ValueError, match="engine"):
+        toolkit.engine_scheduling("nope")

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "quantizations": "_model.catalog",
     "kv_dtypes": "_model.catalog",
     "backends": "_model.catalog",
+    "engine_scheduling": "_model.catalog",
     "model_from_hf_config": "_model.hf_config",
     # serving model
     "kv_bytes_per_token": "_model.memory",
