@@ -111,3 +111,23 @@ def test_engine_scheduling_rows_are_cited_and_well_formed():
     assert set(v1.loc[v1["versions"].str.startswith("V1"), "prefill_order"]) == {"decode_first"}
     with pytest.raises(ValueError, match="engine"):
         toolkit.engine_scheduling("nope")
+
+
+def test_source_provenance_names_the_publishers_behind_each_row():
+    frame = pd.DataFrame(
+        {
+            "id": ["t", "x", "v"],
+            "source": [TRT, "https://github.com/XiongjieDai/GPU-Benchmarks-on-LLM-Inference/blob/00/README.md", OTHER],
+            "engine": ["trtllm", "llamacpp", "vllm"],
+            "engine_version": ["0.17", "build of 2024-05 (not stated)", "0.6.0"],
+        }
+    )
+    table = toolkit.source_provenance(frame).set_index("id")
+    # efficiency.csv: mfu and serial_share were chosen beside the dev half of those three publishers, and every
+    # row uses every default; a vLLM row uses no engine term, so those three are all that inform it
+    everyone = ("NVIDIA/TensorRT-LLM", "XiongjieDai/GPU-Benchmarks-on-LLM-Inference", "ggml-org/llama.cpp")
+    assert table.loc["v", "informing"] == everyone and not table.loc["v", "informed"]
+    assert table.loc["t", "informed"] and table.loc["x", "informed"]
+    assert table.loc["x", "publisher"] == "XiongjieDai/GPU-Benchmarks-on-LLM-Inference"
+    with pytest.raises(ValueError, match="engine_version"):
+        toolkit.source_provenance(frame.drop(columns="engine_version"))

@@ -228,6 +228,7 @@ NOT_NUMERIC: dict[str, str] = {
     "accuracy_by_source": "takes DataFrames; an id missing from the measurements is a ValueError (test_by_source.py)",
     "publisher_of": "takes a source string; an empty one is a ValueError (test_by_source.py)",
     "term_provenance": "catalog listing, no argument",
+    "source_provenance": "takes a DataFrame or path; a missing column is a ValueError (test_by_source.py)",
     "engine_scheduling": "catalog listing by engine name; an unknown one is a ValueError (test_by_source.py)",
     "model_from_hf_config": "takes a config mapping or path; each bad field is a ValueError (test_hf_config.py)",
     "published_accuracy_chart": "takes a DataFrame and a string",

@@ -83,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "accuracy_summary": "_validation.published",
     "accuracy_by_source": "_validation.by_source",
     "publisher_of": "_validation.by_source",
+    "source_provenance": "_validation.by_source",
     "term_provenance": "_validation.by_source",
     "gpu_reference_check": "_validation.gpu_reference",
     "published_accuracy_chart": "_report.accuracy_chart",

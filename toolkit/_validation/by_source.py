@@ -20,7 +20,7 @@ import pandas as pd
 from toolkit._data import load_csv
 from toolkit._stats import quantile_ci95
 
-__all__ = ["accuracy_by_source", "publisher_of", "term_provenance"]
+__all__ = ["accuracy_by_source", "publisher_of", "source_provenance", "term_provenance"]
 
 _GITHUB = re.compile(r"https?://github\.com/([^/\s]+)/([^/\s#?]+)")
 _URL = re.compile(r"https?://([^/\s]+)/?([^/\s#?]*)")
@@ -78,16 +78,69 @@ def term_provenance() -> pd.DataFrame:
     return table
 
 
-def _informing(engine: str, version: object, terms: pd.DataFrame) -> set[str]:
-    """The publishers that chose any term a row of ``engine`` at ``version`` uses."""
+def _informing(engine: str, version: object, terms: pd.DataFrame) -> tuple[str, ...]:
+    """The publishers that chose any term a row of ``engine`` at ``version`` uses, sorted."""
     release = None if version is None or (isinstance(version, float) and math.isnan(version)) else str(version)
-    return {
-        publisher
-        for term_engine, versions, chosen in zip(terms["engine"], terms["versions"], terms["chosen_on"])
-        if term_engine is None
-        or (term_engine == engine and (versions is None or (release is not None and release in versions.split(";"))))
-        for publisher in chosen
-    }
+    return tuple(
+        sorted(
+            {
+                publisher
+                for term_engine, versions, chosen in zip(terms["engine"], terms["versions"], terms["chosen_on"])
+                if term_engine is None
+                or (
+                    term_engine == engine
+                    and (versions is None or (release is not None and release in versions.split(";")))
+                )
+                for publisher in chosen
+            }
+        )
+    )
+
+
+def _table(measurements: pd.DataFrame | str | Path | None) -> pd.DataFrame:
+    if measurements is None:
+        return load_csv("published_measurements.csv")
+    if isinstance(measurements, (str, Path)):
+        return pd.read_csv(measurements, comment="#")
+    return measurements
+
+
+def source_provenance(measurements: pd.DataFrame | str | Path | None = None) -> pd.DataFrame:
+    """Each measurement's publisher and the publishers that chose the terms its prediction uses.
+
+    Parameters
+    ----------
+    measurements : pandas.DataFrame, str or Path, optional
+        Rows with ``id``, ``source``, ``engine`` and ``engine_version``; default
+        ``data/published_measurements.csv``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per measurement: ``id``, ``publisher``, ``informing`` (a sorted tuple of the
+        publishers whose rows chose a default or an engine term the row uses) and ``informed``
+        (its own publisher is among them, so the row is not held out).
+
+    Raises
+    ------
+    ValueError
+        If a required column is missing.
+    """
+    table = _table(measurements)
+    missing = [c for c in ("id", "source", "engine", "engine_version") if c not in table.columns]
+    if missing:
+        raise ValueError(f"measurements lack the columns {missing}")
+    terms = term_provenance()
+    informing = [_informing(e, v, terms) for e, v in zip(table["engine"], table["engine_version"])]
+    publishers = [publisher_of(s) for s in table["source"]]
+    return pd.DataFrame(
+        {
+            "id": list(table["id"]),
+            "publisher": publishers,
+            "informing": informing,
+            "informed": [p in chosen for p, chosen in zip(publishers, informing)],
+        }
+    )
 
 
 def _quantiles(errors: pd.Series) -> dict[str, float]:
@@ -128,7 +181,8 @@ def accuracy_by_source(
     Parameters
     ----------
     accuracy : pandas.DataFrame
-        :func:`accuracy_against_published` output.
+        :func:`accuracy_against_published` output (its ``engine`` and ``engine_version`` choose the
+        terms each row uses, as :func:`source_provenance` reads them).
     measurements : pandas.DataFrame, str or Path, optional
         The table ``accuracy`` was computed from (its ``id`` and ``source`` columns); default
         ``data/published_measurements.csv``.
@@ -148,22 +202,14 @@ def accuracy_by_source(
     ValueError
         If an ``id`` of ``accuracy`` is not in ``measurements``.
     """
-    if measurements is None:
-        table = load_csv("published_measurements.csv")
-    elif isinstance(measurements, (str, Path)):
-        table = pd.read_csv(measurements, comment="#")
-    else:
-        table = measurements
+    table = _table(measurements)
     sources = dict(zip(table["id"], table["source"]))
     missing = sorted(set(accuracy["id"]) - set(sources))
     if missing:
         raise ValueError(f"accuracy ids not in measurements: {missing[:5]}")
-    terms = term_provenance()
-    rows = accuracy.assign(publisher=[publisher_of(sources[i]) for i in accuracy["id"]])
-    rows["informed"] = [
-        publisher in _informing(engine, version, terms)
-        for publisher, engine, version in zip(rows["publisher"], rows["engine"], rows["engine_version"])
-    ]
+    rows = accuracy[["id", "engine", "engine_version"]].assign(source=[sources[i] for i in accuracy["id"]])
+    provenance = source_provenance(rows)
+    rows = accuracy.assign(publisher=provenance["publisher"].to_numpy(), informed=provenance["informed"].to_numpy())
     kept = rows["predicted"].notna() & ~rows["below_floor"].astype(bool)
     held = rows[~rows["informed"]]
     views = [
