@@ -80,7 +80,7 @@ def term_provenance() -> pd.DataFrame:
 
 def _informing(engine: str, version: object, terms: pd.DataFrame) -> tuple[str, ...]:
     """The publishers that chose any term a row of ``engine`` at ``version`` uses, sorted."""
-    release = None if version is None or (isinstance(version, float) and math.isnan(version)) else str(version)
+    release = None if version is None or pd.isna(version) else str(version)
     return tuple(
         sorted(
             {
@@ -98,6 +98,7 @@ def _informing(engine: str, version: object, terms: pd.DataFrame) -> tuple[str, 
 
 
 def _table(measurements: pd.DataFrame | str | Path | None) -> pd.DataFrame:
+    """The measurements as given: the packaged table by default, a CSV path read, a frame as it is."""
     if measurements is None:
         return load_csv("published_measurements.csv")
     if isinstance(measurements, (str, Path)):
