@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "quantizations": "_model.catalog",
     "kv_dtypes": "_model.catalog",
     "backends": "_model.catalog",
+    "engine_scheduling": "_model.catalog",
     "model_from_hf_config": "_model.hf_config",
     # serving model
     "kv_bytes_per_token": "_model.memory",
@@ -81,6 +82,10 @@ _EXPORTS: dict[str, str] = {
     "compare_with_chimeraforge": "_validation.chimeraforge",
     "accuracy_against_published": "_validation.published",
     "accuracy_summary": "_validation.published",
+    "accuracy_by_source": "_validation.by_source",
+    "publisher_of": "_validation.by_source",
+    "source_provenance": "_validation.by_source",
+    "term_provenance": "_validation.by_source",
     "gpu_reference_check": "_validation.gpu_reference",
     "published_accuracy_chart": "_report.accuracy_chart",
     # capacity at an SLO

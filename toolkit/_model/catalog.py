@@ -17,7 +17,7 @@ import pandas as pd
 
 from toolkit._data import load_csv
 
-__all__ = ["backends", "gpus", "kv_dtypes", "models", "quantizations"]
+__all__ = ["backends", "engine_scheduling", "gpus", "kv_dtypes", "models", "quantizations"]
 
 
 def gpus() -> pd.DataFrame:
@@ -108,3 +108,34 @@ def backends() -> pd.DataFrame:
         leaves), ``source``.
     """
     return load_csv("backends.csv")
+
+
+def engine_scheduling(engine: str | None = None) -> pd.DataFrame:
+    """Return how each serving engine orders prompt prefill against running decodes, per release.
+
+    Parameters
+    ----------
+    engine : str, optional
+        A backend name of :func:`backends`; default every engine.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``engine``, ``versions``, ``mode``, ``prefill_order`` (``prefill_first``, ``decode_first`` or
+        ``mixed``), ``chunked_prefill`` (``on``, ``off`` or ``flag``), ``token_budget_parameter`` and
+        its default ``token_budget_tokens``, ``running_cap_parameter`` and ``running_cap`` (NaN where
+        the engine derives it), ``kv_pressure`` (its admission or preemption rule when the KV cache
+        fills), ``status`` (``read`` in the cited code, or ``to check``) and ``source``.
+
+    Raises
+    ------
+    ValueError
+        If ``engine`` is not a backend name.
+    """
+    table = load_csv("engine_scheduling.csv")
+    if engine is None:
+        return table
+    names = set(backends()["name"])
+    if engine not in names:
+        raise ValueError(f"engine must be one of {sorted(names)}, got {engine!r}")
+    return table[table["engine"] == engine].reset_index(drop=True)
