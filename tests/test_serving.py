@@ -524,3 +524,11 @@ def test_a_bad_value_is_shown_as_the_plain_number_it_is():
     # a non-finite element is named the same way, whichever check meets it
     with pytest.raises(ValueError, match=r"^batch_sizes must be finite numbers \(>= 1 and <= 1e\+06\), got nan$"):
         toolkit.batching_curve("Llama-3.1-8B", "H100 SXM", "bf16", 1024, batch_sizes=np.array([1.0, np.nan]))
+
+
+@pytest.mark.parametrize("value", ["0", b"0", ["1", "2"], np.array(["3"])])
+def test_a_count_given_as_text_is_refused_not_parsed(value):
+    # numpy reads "0" as 0.0; a step of "0" sequences is a caller's mistake, not a count
+    cm = toolkit.cost_model("Llama-3.1-8B", "H100 SXM", "bf16")
+    with pytest.raises(ValueError, match="decode_seqs must be numbers"):
+        cm.step_ms(decode_seqs=value, kv_tokens=4096)

@@ -125,8 +125,13 @@ def _efficiencies(
 
 
 def _nonneg(name: str, value: object) -> np.ndarray:
+    raw = np.asarray(value)
+    # numpy would read "0" as 0.0: text is not a count
+    text = raw.dtype.kind in "USV" or (raw.dtype.kind == "O" and any(isinstance(v, str | bytes) for v in raw.flat))
     try:
-        arr = np.asarray(value, dtype=float)
+        if text:
+            raise ValueError
+        arr = raw.astype(float)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be numbers (>= 0), got {value!r}") from None
     bad = ~np.isfinite(arr) | (arr < 0)
