@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit._queueing.prefix_cache import _BlockCache, _Blocks, _SlotCache, prefix_blocks_of
+from toolkit._queueing.prefix_cache import _BlockCache, _Blocks, _SlotCache
 from toolkit._queueing.simulator import simulate
 
 MOONCAKE = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
@@ -95,7 +95,7 @@ def test_without_prefix_blocks_nothing_changes():
 
 
 def test_running_requests_blocks_are_never_evicted():
-    blocks = _Blocks(np.array([1, 2, 5, 6, 7, 1, 2, 3]), np.array([0, 2, 5, 8]), np.full(8, 4), unit=1)
+    blocks = _Blocks([(1, 2), (5, 6, 7), (1, 2, 3)], [8, 12, 12], block=4, unit=1)
     cache = _BlockCache(blocks)
     # a KV budget of 20 tokens
     assert cache.admit(0, room=12, need=8) == 0  # request 0 runs, holding blocks 1, 2
@@ -110,9 +110,7 @@ def test_running_requests_blocks_are_never_evicted():
 # ---- llama.cpp's slots ------------------------------------------------------------------------------------
 def slot_blocks():
     rows = [(1, 2, 3), (7, 8), (1, 2, 9), (1, 50, 51), (1, 2, 3)]
-    ids = np.array([x for r in rows for x in r])
-    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
-    return _Blocks(ids, offsets, np.full(ids.size, 4), unit=1)
+    return _Blocks(rows, [4 * len(r) for r in rows], block=4, unit=1)
 
 
 @pytest.mark.parametrize("similarity, r3_cached", [(0.1, 4), (0.5, 0)])
@@ -162,9 +160,16 @@ def test_bad_prefix_input():
         run(trace.drop(columns="prefix_blocks"), routing="prefix_affinity")
 
 
-def test_prefix_blocks_of_sizes():
-    ids, offsets, sizes = prefix_blocks_of(frame([(10, 1, (1, 2, 3)), (4, 1, (9,))], block=4))
-    assert ids.tolist() == [1, 2, 3, 9] and offsets.tolist() == [0, 3, 4] and sizes.tolist() == [4, 4, 2, 4]
+def test_partial_last_blocks():
+    # prompts of 10 (4 + 4 + 2) and 9 (4 + 4 + 1) tokens: block 3 ends both, 1 token in common there
+    blocks = _Blocks([(1, 2, 3), (1, 2, 3), (1, 2)], [10, 9, 7], block=4, unit=1)
+    slots = _SlotCache(blocks, slots=1, similarity=0.1)
+    assert slots.common(0, 1) == 9 and slots.common(0, 2) == 7
+    cache = _BlockCache(blocks)
+    cache.admit(0, room=100, need=10)
+    cache.release(0, room=90)
+    assert cache.match(1) == 9 and cache.match(2) == 7
+    assert cache.size_tokens() == 10
 
 
 # ---- the Mooncake conversation trace against an independent LRU of blocks --------------------------------------

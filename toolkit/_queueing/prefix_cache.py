@@ -49,31 +49,21 @@ import pandas as pd
 __all__: list[str] = []
 
 
-def prefix_blocks_of(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A trace's ``prefix_blocks`` flattened: (block ids, offsets, block sizes in tokens).
-
-    Request ``i``'s blocks are ``ids[offsets[i]:offsets[i + 1]]``, its block ``k`` of
-    ``attrs["prefix_block_tokens"]`` tokens except the last, which holds the rest of its prompt.
-    """
+def check_prefix_blocks(trace: pd.DataFrame) -> int:
+    """The block size of a trace's ``prefix_blocks`` (``attrs["prefix_block_tokens"]``), checked: each
+    request has ``ceil(prompt_tokens / block)`` ids, else a ValueError naming the first row that does not."""
     block = trace.attrs.get("prefix_block_tokens")
     if not isinstance(block, int | np.integer) or block < 1:
         raise ValueError(f"trace.attrs['prefix_block_tokens'] must be an int >= 1 with prefix_blocks, got {block!r}")
-    lists = trace["prefix_blocks"].tolist()
-    counts = np.fromiter((len(b) for b in lists), dtype=np.int64, count=len(lists))
+    counts = trace["prefix_blocks"].map(len).to_numpy(dtype=np.int64)
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
-    full = (prompt + block - 1) // block
-    if np.any(counts != full):
-        bad = int(np.flatnonzero(counts != full)[0])
+    bad = np.flatnonzero(counts != (prompt + block - 1) // block)
+    if bad.size:
         raise ValueError(
-            f"trace prefix_blocks must hold ceil(prompt_tokens / {block}) ids per request; row {bad} has "
-            f"{counts[bad]} for {prompt[bad]} tokens"
+            f"trace prefix_blocks must hold ceil(prompt_tokens / {block}) ids per request; row {bad[0]} has "
+            f"{counts[bad[0]]} for {prompt[bad[0]]} tokens"
         )
-    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    ids = np.fromiter((int(x) for b in lists for x in b), dtype=np.int64, count=int(offsets[-1]))
-    sizes = np.full(ids.size, block, dtype=np.int64)
-    sizes[offsets[1:][counts > 0] - 1] = prompt[counts > 0] - (counts[counts > 0] - 1) * block
-    return ids, offsets, sizes
+    return int(block)
 
 
 class _FixedCache:
@@ -96,14 +86,15 @@ class _FixedCache:
 
 
 class _Blocks:
-    """The flattened blocks of every request (see :func:`prefix_blocks_of`) and the engine's reuse
-    granularity: a hit counts whole ``unit``-token engine blocks of at most ``prompt - 1`` tokens."""
+    """Every request's prompt blocks (a tuple of ids each, blocks of ``block`` tokens but the last, which
+    holds the rest of the prompt) and the engine's reuse granularity: a hit counts whole ``unit``-token
+    engine blocks of at most ``prompt - 1`` tokens."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, unit: int):
-        self.prompt: list[int] = np.add.reduceat(sizes, offsets[:-1]).tolist() if sizes.size else []
-        self.ids: list[int] = ids.tolist()
-        self.offsets: list[int] = offsets.tolist()
-        self.sizes: list[int] = sizes.tolist()
+    def __init__(self, ids: list[tuple[int, ...]], prompt: list[int], block: int, unit: int):
+        self.ids = ids
+        self.prompt = prompt
+        self.last: list[int] = [p - (len(t) - 1) * block for p, t in zip(prompt, ids)]
+        self.block = block
         self.unit = unit
 
     def reusable(self, rid: int, hit: int) -> int:
@@ -129,13 +120,13 @@ class _BlockCache:
     def match(self, rid: int) -> int:
         """Leading prompt tokens of ``rid`` in this cache (whole trace blocks)."""
         b = self.blocks
+        ids = b.ids[rid]
         hit = 0
-        for k in range(b.offsets[rid], b.offsets[rid + 1]):
-            block = b.ids[k]
+        for block in ids:
             if block not in self.held and block not in self.free:
-                break
-            hit += b.sizes[k]
-        return hit
+                return hit
+            hit += b.block
+        return hit - b.block + b.last[rid]
 
     def trim(self, room: int) -> None:
         """Evict unreferenced blocks, least recently freed first, until they fit in ``room`` tokens."""
@@ -146,31 +137,46 @@ class _BlockCache:
     def admit(self, rid: int, room: int, need: int) -> int:
         """``rid`` is admitted taking ``need`` KV tokens, which leaves ``room`` free: the prompt tokens
         it finds cached (and reuses), its blocks then held."""
-        self.trim(room + need)
-        cached = self.blocks.reusable(rid, self.match(rid))
+        if self.free_tokens > room + need:
+            self.trim(room + need)
         b, held, free = self.blocks, self.held, self.free
-        for k in range(b.offsets[rid], b.offsets[rid + 1]):
-            block = b.ids[k]
-            if block in free:
-                self.free_tokens -= free.pop(block)
-            held[block] = held.get(block, 0) + 1
-        self.trim(room)
-        return cached
+        ids = b.ids[rid]
+        found = 0  # leading blocks found
+        matching = True
+        for block in ids:
+            count = held.get(block, 0)
+            if count:
+                held[block] = count + 1
+            else:
+                size = free.pop(block, -1)
+                if size < 0:
+                    matching = False
+                else:
+                    self.free_tokens -= size
+                held[block] = 1
+            if matching:
+                found += 1
+        hit = found * b.block if found < len(ids) else (found - 1) * b.block + b.last[rid]
+        if self.free_tokens > room:
+            self.trim(room)
+        return b.reusable(rid, hit)
 
     def release(self, rid: int, room: int) -> None:
         """``rid`` finished or was preempted, ``room`` KV tokens free before it frees its own: its
         blocks no other running request holds join the cache, tail first (evicted first)."""
-        self.trim(room)
+        if self.free_tokens > room:
+            self.trim(room)
         b, held, free = self.blocks, self.held, self.free
-        for k in range(b.offsets[rid + 1] - 1, b.offsets[rid] - 1, -1):
-            block = b.ids[k]
-            count = held[block] - 1
-            if count:
-                held[block] = count
-            else:
+        size = b.last[rid]
+        for block in reversed(b.ids[rid]):
+            count = held[block]
+            if count == 1:
                 del held[block]
-                free[block] = b.sizes[k]
-                self.free_tokens += b.sizes[k]
+                free[block] = size
+                self.free_tokens += size
+            else:
+                held[block] = count - 1
+            size = b.block
 
 
 class _SlotCache:
@@ -199,13 +205,18 @@ class _SlotCache:
     def common(self, a: int, rid: int) -> int:
         """Tokens of the common prefix of request ``a``'s prompt and ``rid``'s (whole trace blocks)."""
         b = self.blocks
-        i, j, end_i, end_j = b.offsets[a], b.offsets[rid], b.offsets[a + 1], b.offsets[rid + 1]
-        hit = 0
-        while i < end_i and j < end_j and b.ids[i] == b.ids[j] and b.sizes[i] == b.sizes[j]:
-            hit += b.sizes[j]
-            i += 1
-            j += 1
-        return hit
+        mine, theirs = b.ids[rid], b.ids[a]
+        n = 0
+        for x, y in zip(mine, theirs):
+            if x != y:
+                break
+            n += 1
+        if not n:
+            return 0
+        # the last common block: whole unless it ends either prompt
+        mine_size = b.last[rid] if n == len(mine) else b.block
+        their_size = b.last[a] if n == len(theirs) else b.block
+        return (n - 1) * b.block + min(mine_size, their_size)
 
     def match(self, rid: int) -> int:
         """The longest common prefix of ``rid``'s prompt with an idle slot's (tokens)."""
@@ -281,10 +292,12 @@ def prefix_caches(
     rows in sending order; ``unit_tokens`` is the engine's KV block (a hit counts whole ones)."""
     if trace is None or "prefix_blocks" not in trace.columns:
         return None
-    rows = trace if order is None else trace.iloc[order]
-    rows.attrs = dict(trace.attrs)
-    ids, offsets, sizes = prefix_blocks_of(rows)
+    block = check_prefix_blocks(trace)
+    ids = [tuple(b) for b in trace["prefix_blocks"].tolist()]
+    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+    if order is not None:
+        ids, prompt = [ids[i] for i in order], prompt[order]
     if backend_name in SLOT_BACKENDS:
-        return [_SlotCache(_Blocks(ids, offsets, sizes, 1), slots, similarity) for _ in range(replicas)]
-    blocks = _Blocks(ids, offsets, sizes, unit_tokens)
+        return [_SlotCache(_Blocks(ids, prompt.tolist(), block, 1), slots, similarity) for _ in range(replicas)]
+    blocks = _Blocks(ids, prompt.tolist(), block, unit_tokens)
     return [_BlockCache(blocks) for _ in range(replicas)]
