@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "load_trace": "_workload.traces",
     "describe_workload": "_workload.describe",
     "WorkloadDescription": "_workload.describe",
+    "session_workload": "_workload.sessions",
     # planner
     "plan": "_planning.planner",
     "pareto": "_planning.pareto",

@@ -6,18 +6,24 @@ gaps between arrivals (``ca2``: 1 for Poisson), the description gives the index 
 counts in windows of ``w`` seconds, ``var(N_w) / mean(N_w)``: 1 at every scale for a Poisson stream,
 approaching ``ca2`` at long windows for a renewal process, and growing with ``w`` when the rate
 itself drifts (diurnal load, bursts of minutes), which no preset describes.
+
+A trace with prefix blocks (``prefix_blocks``, as the Mooncake traces have) is described by its
+reuse too: the share of prompt tokens an unbounded prefix cache serves, the working set, and the
+hit rate against the cache's capacity, exact at every capacity (LRU stack distances;
+:mod:`toolkit._workload.prefix` states the cache model).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from toolkit._args import check_array
 from toolkit._queueing.closed_forms import workload_presets
+from toolkit._workload.prefix import COLUMN, reuse_curve, reuse_summary
 
 __all__ = ["WorkloadDescription", "describe_workload"]
 
@@ -29,7 +35,7 @@ MAX_SPAN_S = 1e7
 
 @dataclass(frozen=True)
 class WorkloadDescription:
-    """What :func:`describe_workload` returns: three tidy frames.
+    """What :func:`describe_workload` returns: four tidy frames.
 
     Attributes
     ----------
@@ -39,16 +45,26 @@ class WorkloadDescription:
         ``output_mean``, ``output_p50``, ``output_p95``, ``output_cs2`` (tokens; cs2 = variance over
         squared mean), ``peak_minute_rps``, ``nearest_preset`` (by output-token cs2, the service
         variability the presets stand for), ``preset_cs2`` and ``preset_cs2_gap`` (trace minus preset).
+        With prefix blocks also ``prefix_block_tokens``, ``reuse_hit_rate`` (the share of prompt
+        tokens an unbounded prefix cache serves: their block was seen before),
+        ``reuse_block_share`` (the share of block references that repeat an earlier block),
+        ``reuse_working_set_tokens`` (distinct blocks times the block size: the KV capacity an
+        unbounded cache fills) and ``reuse_unique_prompt_tokens`` (the tokens of the distinct blocks).
     dispersion : pandas.DataFrame
         One row per window: ``window_s``, ``windows`` (how many), ``mean_count``,
         ``index_of_dispersion`` (1 for Poisson).
     per_minute : pandas.DataFrame
         ``minute`` (from 0), ``requests``, ``rate_rps``.
+    reuse_curve : pandas.DataFrame
+        For a trace with prefix blocks, the LRU prefix cache's hit rate against its capacity:
+        ``capacity_tokens``, ``hit_rate`` (share of all prompt tokens), ``hit_tokens``, from one
+        block to the working set; empty without prefix blocks.
     """
 
     summary: pd.DataFrame
     dispersion: pd.DataFrame
     per_minute: pd.DataFrame
+    reuse_curve: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _column(trace: pd.DataFrame, name: str) -> np.ndarray:
@@ -72,7 +88,8 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
     ----------
     trace : pandas.DataFrame
         Columns ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least two rows, spanning
-        at most 1e7 s.
+        at most 1e7 s. With ``prefix_blocks`` and ``attrs["prefix_block_tokens"]`` (a Mooncake trace,
+        :func:`toolkit.session_workload`), its reuse is described too.
     windows_s : sequence of float
         Window lengths (s, > 0 and at most 1e9) of the index of dispersion; windows longer than the
         trace are left out.
@@ -81,7 +98,7 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
     -------
     WorkloadDescription
         ``summary`` (one row), ``dispersion`` (one row per window), ``per_minute`` (one row per
-        minute); see :class:`WorkloadDescription` for the columns.
+        minute), ``reuse_curve`` (with prefix blocks); see :class:`WorkloadDescription` for the columns.
     """
     if not isinstance(trace, pd.DataFrame) or not {"arrival_s", "prompt_tokens", "output_tokens"} <= set(trace.columns):
         raise ValueError("trace must be a DataFrame with arrival_s, prompt_tokens and output_tokens columns")
@@ -108,7 +125,10 @@ def describe_workload(trace: pd.DataFrame, windows_s: Sequence[float] = DEFAULT_
         **_nearest_preset(_scv(output)),
     }
     dispersion = pd.DataFrame([_dispersion(arrival, w) for w in windows if w <= duration])
-    return WorkloadDescription(pd.DataFrame([summary]), dispersion, per_minute)
+    if COLUMN not in trace.columns:
+        return WorkloadDescription(pd.DataFrame([summary]), dispersion, per_minute)
+    summary.update(reuse_summary(trace))
+    return WorkloadDescription(pd.DataFrame([summary]), dispersion, per_minute, reuse_curve(trace))
 
 
 def _scv(values: np.ndarray) -> float:
