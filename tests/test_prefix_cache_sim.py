@@ -225,3 +225,25 @@ def test_simulator_hit_rate_equals_lru_on_mooncake_conversation():
         got = res.requests["cached_tokens"].to_numpy()
         assert np.array_equal(got, expected), capacity
         assert res.summary.iloc[0]["prefix_hit_rate"] == pytest.approx(expected.sum() / prompts.sum(), rel=1e-12)
+
+
+def test_unbounded_cache_equals_the_reuse_curve_and_bounded_ones_lie_near_it():
+    from toolkit import load_trace
+    from toolkit._workload.prefix import request_hit_tokens, reuse_curve
+
+    trace = load_trace("mooncake-conversation").assign(output_tokens=1)
+    prompts = trace["prompt_tokens"].to_numpy()
+    largest = int(prompts.max())
+    # unbounded (a KV budget above every token of the trace): every reuse is found, less vLLM's last token
+    res = simulate(trace=trace, max_batch=1, warmup_fraction=0.0, cost=StepCost(kv_budget_tokens=10**10, base_ms=1e-6))
+    expected = np.minimum(request_hit_tokens(trace), prompts - 1)
+    assert np.array_equal(res.requests["cached_tokens"].to_numpy(), expected)
+    # bounded: the curve's LRU takes a request's blocks first to last (its head evicted first) and charges a
+    # partial block whole, where vLLM frees a request's blocks tail first and a cached partial block holds its
+    # tokens only: the simulator finds a little more (less its last tokens), within 3% of the curve here
+    for capacity in (2 * largest, 32 * largest):
+        res = simulate(
+            trace=trace, max_batch=1, warmup_fraction=0.0, cost=StepCost(kv_budget_tokens=capacity, base_ms=1e-6)
+        )
+        curve = reuse_curve(trace, capacity_tokens=[capacity])["hit_rate"].iloc[0]
+        assert 0.999 * curve <= res.summary.iloc[0]["prefix_hit_rate"] <= 1.03 * curve
