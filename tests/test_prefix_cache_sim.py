@@ -247,3 +247,27 @@ def test_unbounded_cache_equals_the_reuse_curve_and_bounded_ones_lie_near_it():
         )
         curve = reuse_curve(trace, capacity_tokens=[capacity])["hit_rate"].iloc[0]
         assert 0.999 * curve <= res.summary.iloc[0]["prefix_hit_rate"] <= 1.03 * curve
+
+
+# ---- several replicas: prefix-affinity routing ----------------------------------------------------------------
+def test_prefix_affinity_sends_a_request_where_its_prefix_is_cached():
+    # two prompts' families, alternating so that round robin splits each family over both replicas
+    rows = [(12, 1, (1, 2, 3)), (12, 1, (7, 8, 9)), (12, 1, (7, 8, 10)), (12, 1, (1, 2, 5))]
+    affinity = run(frame(rows, block=4), replicas=2, routing="prefix_affinity").requests
+    # first: both caches empty, the smaller (equal) cache: replica 0; then the one with less cached: replica 1;
+    # then each family's replica, 8 of 12 tokens found (more than half the prompt)
+    assert affinity["replica"].tolist() == [0, 1, 1, 0]
+    assert affinity["cached_tokens"].tolist() == [0, 0, 8, 8]
+    spread = run(frame(rows, block=4), replicas=2, routing="round_robin").requests
+    assert spread["cached_tokens"].tolist() == [0, 0, 0, 0]
+
+
+def test_prefix_affinity_gives_way_to_load_beyond_the_routers_thresholds():
+    # 40 requests of one family, 1 ms apart, each running for 1,000 steps of 1 ms: replica 0 holds the prefix
+    # and takes them until its load exceeds the other's by more than 32 (and 1.1 times): the 34th goes to replica 1
+    rows = [(12, 1000, (1, 2, 100 + i)) for i in range(40)]
+    res = run(frame(rows, block=4, gap_s=1e-3), replicas=2, routing="prefix_affinity")
+    replica = res.requests["replica"].to_numpy()
+    assert (replica[:33] == 0).all() and replica[33] == 1
+    # then alternately: a load gap of 32 is within bounds (both hold the prefix: the first, replica 0), 33 is not
+    assert replica[34:38].tolist() == [0, 1, 0, 1]
