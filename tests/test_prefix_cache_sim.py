@@ -94,6 +94,20 @@ def test_without_prefix_blocks_nothing_changes():
     assert res.summary.iloc[0]["prefix_hit_rate"] == 0
 
 
+def test_a_preempted_request_frees_its_blocks_to_the_cache_and_finds_them_again():
+    # KV budget 40: a and b decode until their 2 x 8 prompt tokens and generated ones fill it, and b (admitted
+    # last) is preempted; its blocks stay cached in the memory a leaves (at most 27 tokens of 40), so back in
+    # it finds its whole prompt (8 tokens: fewer than the 8 + generated tokens it recomputes, less one). Then c
+    # (36 tokens) leaves room for 4 cached: of the freed blocks only b's first (freed last) stays, and b's prompt
+    # again finds 4 tokens, where it would find all 8 (and reuse 7) had b's preemption left its blocks held.
+    a, b, c = (8, 20, (1, 2)), (8, 20, (3, 4)), (36, 1, tuple(range(5, 14)))
+    trace = frame([a, b, c, b], block=4)
+    trace["arrival_s"] = [0.0, 0.0005, 1.0, 2.0]
+    res = run(trace, max_batch=2, cost=StepCost(kv_budget_tokens=40))
+    assert res.requests["preempted"].tolist() == [0, 1, 0, 0]
+    assert res.requests["cached_tokens"].tolist() == [0, 8, 0, 4]
+
+
 def test_running_requests_blocks_are_never_evicted():
     blocks = _Blocks([(1, 2), (5, 6, 7), (1, 2, 3)], [8, 12, 12], block=4, unit=1)
     cache = _BlockCache(blocks)

@@ -9,7 +9,8 @@ a full batch leaves least, so the largest batches find the least. The hit rate t
 constant ``prefix_cache_hit_rate`` does (``CostModel.ttft_ms(prompt, cached = hit x prompt)``).
 
 The curve is of one cache seeing the whole stream: a replica's, when one replica serves the trace or a
-prefix-aware router keeps each prefix on one replica; round robin over several replicas finds less.
+prefix-aware router keeps each prefix on one replica; round robin over several replicas finds less. It is
+also the block cache's: llama.cpp's slots keep one prompt each, so for its backends the figure is an upper bound.
 """
 
 from __future__ import annotations

@@ -284,7 +284,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
             if admit_t[rid] != admit_t[rid]:  # NaN: first admission
                 admit_t[rid] = now
             replica_of[rid] = index
-            cached[rid] = done = r.cache.admit(rid, budget - kv_used, need + slack)  # found in cache: not prefilled
+            cached[rid] = done = r.cache.admit(rid, budget - kv_used, need, slack)  # found in cache: not prefilled
             left = need - done
             chunk = cast(int, prefill_chunk(left, room, breaks, done, starts)) if cut else left if left < room else room
             prefill.append([rid, left, done, chunk])

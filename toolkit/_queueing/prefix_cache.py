@@ -78,7 +78,7 @@ class _FixedCache:
     def match(self, rid: int) -> int:
         return 0
 
-    def admit(self, rid: int, room: int, need: int) -> int:
+    def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
         return self.cached[rid]
 
     def release(self, rid: int, room: int) -> None:
@@ -97,10 +97,11 @@ class _Blocks:
         self.block = block
         self.unit = unit
 
-    def reusable(self, rid: int, hit: int) -> int:
-        """Of ``hit`` leading tokens of request ``rid`` found computed, those the engine reuses."""
-        if hit > self.prompt[rid] - 1:
-            hit = self.prompt[rid] - 1
+    def reusable(self, hit: int, tokens: int) -> int:
+        """Of ``hit`` leading tokens found computed of a sequence of ``tokens`` (its prompt, and the tokens it
+        generated before a preemption), those the engine reuses: whole units, never the last token."""
+        if hit > tokens - 1:
+            hit = tokens - 1
         return hit // self.unit * self.unit
 
 
@@ -134,11 +135,12 @@ class _BlockCache:
         while self.free_tokens > room and free:
             self.free_tokens -= free.popitem(last=False)[1]
 
-    def admit(self, rid: int, room: int, need: int) -> int:
-        """``rid`` is admitted taking ``need`` KV tokens, which leaves ``room`` free: the prompt tokens
-        it finds cached (and reuses), its blocks then held."""
-        if self.free_tokens > room + need:
-            self.trim(room + need)
+    def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
+        """``rid`` is admitted with ``need`` tokens (prompt and any generated before a preemption) and
+        ``slack`` of paging slack, which leaves ``room`` KV tokens free: the prompt tokens it finds cached
+        (and reuses), its blocks then held."""
+        if self.free_tokens > room + need + slack:
+            self.trim(room + need + slack)
         b, held, free = self.blocks, self.held, self.free
         ids = b.ids[rid]
         found = 0  # leading blocks found
@@ -159,7 +161,7 @@ class _BlockCache:
         hit = found * b.block if found < len(ids) else (found - 1) * b.block + b.last[rid]
         if self.free_tokens > room:
             self.trim(room)
-        return b.reusable(rid, hit)
+        return b.reusable(hit, need)
 
     def release(self, rid: int, room: int) -> None:
         """``rid`` finished or was preempted, ``room`` KV tokens free before it frees its own: its
@@ -236,10 +238,10 @@ class _SlotCache:
                 over -= self._tokens(rid)
                 self.prompt[s] = -1
 
-    def admit(self, rid: int, room: int, need: int) -> int:
-        """``rid`` takes a slot (``get_available_slot``'s rule), taking ``need`` KV tokens, which leaves
-        ``room`` free: the prompt tokens it reuses."""
-        self.trim(room + need)
+    def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
+        """``rid`` takes a slot (``get_available_slot``'s rule) with ``need`` tokens and ``slack``, which
+        leaves ``room`` KV tokens free: the prompt tokens it reuses."""
+        self.trim(room + need + slack)
         n_tokens = self._tokens(rid)
         chosen, best = -1, 0.0
         for s, held in enumerate(self.prompt):
@@ -256,7 +258,7 @@ class _SlotCache:
         if chosen < 0:
             raise RuntimeError("no idle llama-server slot: the simulator admitted more requests than slots")
         held = self.prompt[chosen]
-        cached = 0 if held < 0 else self.blocks.reusable(rid, self.common(held, rid))
+        cached = 0 if held < 0 else self.blocks.reusable(self.common(held, rid), need)
         self.prompt[chosen] = rid
         self.busy[chosen] = True
         self.slot_of[rid] = chosen
