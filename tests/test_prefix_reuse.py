@@ -74,6 +74,37 @@ def test_stack_distances_match_counting_distinct_blocks_between_references():
     assert stack_distances(ids).tolist() == expected
 
 
+def _random_conversations(seed, requests=400, block=8):
+    """Requests that continue a random earlier request's prefix with new blocks, prompts ending in
+    partial blocks, arrivals shuffled against the rows."""
+    rng = np.random.default_rng(seed)
+    chains, prompts, fresh = [], [], 0
+    for _ in range(requests):
+        base = list(chains[rng.integers(len(chains))][: rng.integers(0, 6)]) if chains and rng.random() < 0.8 else []
+        new = int(rng.integers(1, 5))
+        chains.append(tuple(base + list(range(fresh, fresh + new))))
+        fresh += new
+        prompts.append(len(chains[-1]) * block - int(rng.integers(0, block)))
+    frame = _frame(prompts, chains, block=block)
+    frame["arrival_s"] = rng.permutation(len(frame)).astype(float)
+    return frame
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_conversations_hit_what_a_naive_lru_cache_hits(seed):
+    frame = _random_conversations(seed)
+    records = [
+        {"hash_ids": list(b), "input_length": p}
+        for b, p in zip(frame["prefix_blocks"], frame["prompt_tokens"], strict=True)
+    ]
+    order = np.argsort(frame["arrival_s"].to_numpy(), kind="stable")
+    for capacity_blocks in (1, 3, 10, 40, 10_000):
+        expected, prefixes = _ordered_dict_lru([records[i] for i in order], capacity_blocks, block=8)
+        got = request_hit_tokens(frame, capacity_tokens=capacity_blocks * 8)
+        np.testing.assert_array_equal(got[order], expected)
+        assert prefixes
+
+
 def test_blocks_that_do_not_cover_the_prompt_are_refused():
     with pytest.raises(ValueError, match="row 1 has 2 for 10 prompt tokens"):
         prefix_blocks_of(_frame([8, 10], [(1, 2), (1, 2)]))

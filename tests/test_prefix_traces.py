@@ -47,6 +47,9 @@ def test_a_window_keeps_blocks_and_misses_what_was_seen_before_it():
     expected = whole[(whole["arrival_s"] >= 1800) & (whole["arrival_s"] < 2400)]
     assert later["prefix_blocks"].tolist() == expected["prefix_blocks"].tolist()
     assert reuse_summary(later)["reuse_hit_rate"] < reuse_summary(whole)["reuse_hit_rate"]
+    stretched = toolkit.load_trace("mooncake-conversation", time_scale=2.0)
+    assert stretched["prefix_blocks"].tolist() == whole["prefix_blocks"].tolist()
+    assert stretched.attrs["prefix_block_tokens"] == 512
 
 
 def test_token_scale_scales_the_block_and_keeps_every_requests_blocks():
