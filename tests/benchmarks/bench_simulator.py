@@ -41,7 +41,7 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from toolkit import simulate  # noqa: E402
+from toolkit import load_trace, simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "reports" / "bench"
@@ -110,24 +110,11 @@ def prefix_trace(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 PREFIX_MODEL = dict(model="Llama-3.1-8B", gpu="H100 SXM", quant="fp16")
-MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
 
-def mooncake_trace() -> pd.DataFrame | None:
-    """The Mooncake conversation trace as a frame with ``prefix_blocks`` (None where the file is absent)."""
-    if not MOONCAKE.is_file():
-        return None
-    rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
-    trace = pd.DataFrame(
-        {
-            "arrival_s": np.array([r["timestamp"] for r in rows]) / 1e3,
-            "prompt_tokens": [r["input_length"] for r in rows],
-            "output_tokens": [r["output_length"] for r in rows],
-            "prefix_blocks": [tuple(r["hash_ids"]) for r in rows],
-        }
-    )
-    trace.attrs["prefix_block_tokens"] = 512
-    return trace
+def mooncake_trace() -> pd.DataFrame:
+    """The Mooncake conversation trace (shipped with the package) with its ``prefix_blocks``."""
+    return load_trace("mooncake-conversation")
 
 
 def prefix_ratios(n: int) -> dict[str, dict[str, float]]:
@@ -135,8 +122,6 @@ def prefix_ratios(n: int) -> dict[str, dict[str, float]]:
     out = {}
     scenarios = {"fine_blocks": (prefix_trace(n), {}), "mooncake": (mooncake_trace(), {"replicas": 4})}
     for name, (trace, extra) in scenarios.items():
-        if trace is None:
-            continue
         times = {}
         for key, frame in (("cache_cpu_s", trace), ("no_cache_cpu_s", trace.drop(columns="prefix_blocks"))):
             best = float("inf")
