@@ -36,7 +36,10 @@ Each replica keeps one cache, with its engine's rules:
   not modelled.
 
 Both count tokens at the trace's block granularity: a block is reused whole or not at all, and only a
-request's prompt blocks are cached (a trace names no blocks for its answers).
+request's prompt blocks are cached (a trace names no blocks for its answers). Simplifications: a prompt
+is registered whole at admission where vLLM registers the chunks it schedules (a request admitted while
+another still prefills the same prefix finds it a few steps early), and a running request's KV counts
+its whole prompt, shared blocks included (the engine holds a shared block once).
 """
 
 from __future__ import annotations
@@ -71,12 +74,6 @@ class _FixedCache:
 
     def __init__(self, cached: np.ndarray):
         self.cached: list[int] = cached.tolist()
-
-    def size_tokens(self) -> int:
-        return 0
-
-    def match(self, rid: int) -> int:
-        return 0
 
     def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
         return self.cached[rid]
