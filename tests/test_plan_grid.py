@@ -26,8 +26,10 @@ SUBSET = dict(
 )
 
 
-def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, output, cached, calib, grid_max):
-    """The candidate grid with one ``toolkit.cost_model`` per configuration and backend."""
+def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, output, cached, calib, grid_max, curve):
+    """The candidate grid with one ``toolkit.cost_model`` per configuration and backend (no reuse curve: every
+    candidate finds ``cached`` tokens)."""
+    assert curve is None
     support = _support()
     context = prompt + output
     configs, tables, ttft, prefill, cost_hour = [], [], [], [], []
@@ -86,8 +88,9 @@ def _reference_grid(models, gpus, quants, backends, tensor_parallel, prompt, out
         at_cap=column(3, bool),
         backend=column(1),
         step_table=table,
-        ttft_ms=np.array(ttft),
-        prefill_ms=np.array(prefill),
+        ttft_ms=np.array(ttft)[column(0, int)],
+        prefill_ms=np.array(prefill)[column(0, int)],
+        prefix_hit_rate=np.full(len(candidates), cached / prompt),
         gpu_cost_hour=np.array(cost_hour),
         configs={k: np.array([c[i] for c in configs], dtype=t) for i, (k, t) in enumerate(zip(names, dtypes))},
     )

@@ -41,6 +41,7 @@ COLUMNS = [
     "cost_usd_month",
     "cost_usd_per_1m_tokens",
     "quality",
+    "prefix_hit_rate",
     "meets_slo",
     "binding_constraint",
     "warnings",

@@ -46,12 +46,12 @@ class _Evaluator:
         return low, both[at.size :] - low
 
     def latency(self, idx: np.ndarray, replicas: np.ndarray, *, iterations: int | None = None) -> dict[str, np.ndarray]:
-        g, cfg = self.g, self.g.cfg[idx]
+        g = self.g
         c = g.batch[idx].astype(float)
         lam = self.rate / replicas
-        paused = np.where(c > 1, lam * g.prefill_ms[cfg] / 1e3, 0.0)  # share of time prefilling others
+        paused = np.where(c > 1, lam * g.prefill_ms[idx] / 1e3, 0.0)  # share of time prefilling others
         stretch = np.where(paused < 1, 1.0 / np.maximum(1.0 - paused, 1e-300), np.inf)
-        first = g.ttft_ms[cfg]
+        first = g.ttft_ms[idx]
         n, lo, low, rise = self._implied_batch(
             idx, c, lam, first, stretch, self.iterations if iterations is None else iterations
         )
@@ -119,7 +119,7 @@ class _Evaluator:
 
     def evaluate(self, idx: np.ndarray, replicas: np.ndarray) -> dict[str, np.ndarray]:
         out = self.latency(idx, replicas)
-        cfg, stable = self.g.cfg[idx], out["stable"]
+        stable = out["stable"]
         wait = np.full(idx.size, np.inf)
         if stable.any():
             wait[stable] = self._wait(
@@ -127,7 +127,7 @@ class _Evaluator:
             )
         out["mean_tpot_ms"] = out.pop("tpot_ms")
         out["tpot_ms"] = np.where(stable, self._tail_tpot(idx, out), np.inf)
-        out["ttft_ms"] = wait * 1e3 + self.g.ttft_ms[cfg]
+        out["ttft_ms"] = wait * 1e3 + self.g.ttft_ms[idx]
         out["e2e_ms"] = out["ttft_ms"] + self.long_output * out["tpot_ms"]
         out["capacity"] = stable
         for name, column in (("slo_ttft", "ttft_ms"), ("slo_tpot", "tpot_ms"), ("slo_e2e", "e2e_ms")):
@@ -148,7 +148,7 @@ class _Evaluator:
         step = self._step(idx, np.minimum(c, 1.0 + others))
         decode_s = self.output * step * np.where(stable, out["stretch"], 1.0) / 1e3
         pauses = _poisson_quantile(self.percentile, np.where(multi & stable, lam * decode_s, 0.0))
-        return step + pauses * self.g.prefill_ms[self.g.cfg[idx]] / self.output
+        return step + pauses * self.g.prefill_ms[idx] / self.output
 
     def _wait(self, lam: np.ndarray, service_s: np.ndarray, servers: np.ndarray, ca2: np.ndarray) -> np.ndarray:
         """Percentile queue wait (s) of stable queues: the closed form of :func:`toolkit.queue_wait`,

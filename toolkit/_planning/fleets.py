@@ -51,6 +51,7 @@ def fleet_columns(
         "cost_usd_month": cost,
         "cost_usd_per_1m_tokens": grid.gpu_cost_hour[cfg] / (at["lam"] * output * 3600.0) * 1e6,
         "quality": configs["quality"],
+        "prefix_hit_rate": grid.prefix_hit_rate[units],
         "meets_slo": meets,
     }
     config = cfg[unit]

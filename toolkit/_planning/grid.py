@@ -25,8 +25,9 @@ from toolkit._model.resolve import _GPU_FIELDS as _GPU_SPEC
 from toolkit._model.resolve import _GPU_OPTIONAL, _MODEL_OPTIONAL, within_window
 from toolkit._model.resolve import _MODEL_FIELDS as _MODEL_SPEC
 from toolkit._model.serving import _memory_settings
-from toolkit._model.terms import step_time, ttft_time
+from toolkit._model.terms import step_time
 from toolkit._planning.inputs import _support, quality_score
+from toolkit._planning.prefix import unit_prefill
 
 __all__: list[str] = []
 
@@ -53,8 +54,9 @@ class _Grid:
     at_cap: np.ndarray  # batch equals its cap
     backend: np.ndarray  # names
     step_table: np.ndarray  # (configs, max_cap + 1): decode step ms at n = 0..cap sequences, read by steps()
-    ttft_ms: np.ndarray  # per config: prefill of the uncached prompt + request overhead
-    prefill_ms: np.ndarray  # per config: the prefill alone (GPU time)
+    ttft_ms: np.ndarray  # per unit: prefill of the uncached prompt + request overhead
+    prefill_ms: np.ndarray  # per unit: the prefill alone (GPU time)
+    prefix_hit_rate: np.ndarray  # per unit: share of the prompt found in the prefix cache
     gpu_cost_hour: np.ndarray  # per config: price x tensor parallel
     configs: dict[str, np.ndarray]  # per config: model, gpu, quant, tensor_parallel, interconnect_gb_s, quality
     backend_names: np.ndarray | None = None  # the backend names (None: the distinct ones of backend) ...
@@ -195,9 +197,12 @@ def _build_grid(
     cached_tokens: float,
     calib: tuple,
     grid_max: int,
+    curve: tuple | None = None,
 ) -> _Grid:
     """Every (model, GPU, format, TP) configuration (frozen specs, nested in that order) with the
-    backends that load the format, shard where TP > 1 and fit one sequence, evaluated as arrays."""
+    backends that load the format, shard where TP > 1 and fit one sequence, evaluated as arrays.
+    With a reuse ``curve`` (:func:`toolkit._planning.prefix.capacity_curve`) each unit is one backend's
+    and finds the hit rate its KV budget leaves room for; otherwise ``cached_tokens`` each."""
     context = prompt_tokens + output_tokens
     model_specs, gpu_specs, quant_specs = ([_thaw(f) for f in kind] for kind in (models, gpus, quants))
     backend_specs = [_thaw(f) for f in backends]
@@ -266,17 +271,22 @@ def _build_grid(
     # filled where a plan reads it
     width = int(np.where(ok, cap, 0).max(initial=0)) + 1
     per_config = {k: v for k, v in constants.items() if k == "model" or np.ndim(v) != 2 or v.shape[1] == 1}
-    first = ttft_time(constants, float(prompt_tokens), cached_tokens)[:, 0]
-
     config, backend = np.nonzero(ok)
     entry, batch = _batch_grids(cap[config, backend])
-    units, unit = np.unique(config[entry] * (batch.max(initial=0) + 1) + batch, return_inverse=True)
+    # a unit: (configuration, batch), and the backend too where the hit rate depends on its KV budget
+    key = config[entry] if curve is None else config[entry] * len(backend_specs) + backend[entry]
+    units, unit = np.unique(key * (batch.max(initial=0) + 1) + batch, return_inverse=True)
+    unit_key, unit_batch = units // (batch.max(initial=0) + 1), units % (batch.max(initial=0) + 1)
+    unit_cfg = unit_key if curve is None else unit_key // len(backend_specs)
+    unit_backend = None if curve is None else unit_key % len(backend_specs)
+    args = (prompt_tokens, output_tokens, cached_tokens, curve)
+    hit, first = unit_prefill(constants, unit_cfg, unit_backend, unit_batch, *args)
     backend_names = np.array([b["name"] for b in backend_specs], dtype=object)
     names = lambda specs, index: np.array([s["name"] for s in specs], dtype=object)[index[kept]]
     quality = np.array([[quality_score(m["name"], q["name"]) for q in quant_specs] for m in model_specs])
     grid = _Grid(
-        cfg=units // (batch.max(initial=0) + 1),
-        batch=units % (batch.max(initial=0) + 1),
+        cfg=unit_cfg,
+        batch=unit_batch,
         unit=unit.ravel(),
         cap_reason=np.where(kv_cap < limit, "kv_memory", "max_batch")[config, backend][entry],
         at_cap=batch == cap[config, backend][entry],
@@ -285,7 +295,8 @@ def _build_grid(
         backend_code=backend[entry],
         step_table=np.full((kept.size, width), np.nan),
         ttft_ms=first,
-        prefill_ms=first - constants["request_overhead_ms"][:, 0],
+        prefill_ms=first - constants["request_overhead_ms"][unit_cfg, 0],
+        prefix_hit_rate=hit,
         gpu_cost_hour=gpu["price_usd_hour"][kept, 0] * tp[kept],
         configs={
             "model": names(model_specs, mi),

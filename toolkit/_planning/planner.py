@@ -57,6 +57,7 @@ from toolkit._planning.fleets import _text, fleet_columns
 from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _degrees, _specs
 from toolkit._planning.no_plan import no_plan_reason
+from toolkit._planning.prefix import capacity_curve
 from toolkit._progress import check_progress, progress_bar
 from toolkit._vocab.keywords import positional_deprecated
 from toolkit._vocab.load import Load
@@ -129,7 +130,9 @@ def plan(
         of its output tokens, the arrivals' ca2 is its gaps' (Poisson: 1), and the cheapest frontier
         plans are also replayed on the trace in the simulator (columns ``sim_*`` below).
     prefix_cache_hit_rate : float
-        Fraction of each prompt served from the prefix cache, in [0, 1).
+        Fraction of each prompt served from the prefix cache, in [0, 1). With a trace whose requests
+        carry ``prefix_blocks``, 0: each candidate's own comes from the trace's reuse curve at the
+        cache its KV budget leaves free (:mod:`toolkit._planning.prefix`), column ``prefix_hit_rate``.
     budget_usd_month : float, optional
         Monthly budget in USD (> 0); dearer plans get ``meets_slo=False``, binding ``budget``.
     calibration : dict, Series or one-row DataFrame, optional
@@ -159,7 +162,8 @@ def plan(
         workload: 1 for steady; ms),
         ``cost_usd_month`` (price x tensor_parallel x replicas x ``hours_per_month``),
         ``cost_usd_per_1m_tokens`` (USD per million output tokens at the planned load),
-        ``quality`` (MMLU % x format recovery, NaN when unknown), ``meets_slo`` (bool: stable, every
+        ``quality`` (MMLU % x format recovery, NaN when unknown), ``prefix_hit_rate`` (share of the
+        prompt the prefix cache serves), ``meets_slo`` (bool: stable, every
         SLO met, within budget), ``binding_constraint`` (``capacity``, ``kv_memory``,
         ``max_batch``, ``slo_ttft``, ``slo_tpot``, ``slo_e2e`` or ``budget``: for plans that need
         more than one replica the constraint the plan with one replica fewer breaks, with
@@ -252,6 +256,9 @@ def _plan_columns(
     if verify is not None:
         check_choice("verify", verify, ("simulate",))
     hit = check_number("prefix_cache_hit_rate", prefix_cache_hit_rate, low=0, high=1, high_inclusive=False)
+    curve = None if trace is None else capacity_curve(trace)
+    if curve is not None and hit:
+        raise ValueError("prefix_cache_hit_rate must be 0 with a trace of prefix_blocks (its reuse curve gives it)")
     budget = (
         None
         if budget_usd_month is None
@@ -278,6 +285,7 @@ def _plan_columns(
             hit * prompt,
             _calibration_key(calibration),
             int(_constants()["max_batch_grid"]),
+            curve,
         )
         bar.update()
         const = _constants()

@@ -7,9 +7,10 @@ a trace workload asks for it, its ``SIMULATED_PLANS`` cheapest plans of each bac
 ``verify="simulate"``. The requests are the trace's when the workload is
 a trace; with a variance preset and ``verify="simulate"`` they are ``VERIFY_REQUESTS``
 Poisson arrivals at the planned rate with the planned prompt length and output lengths of the
-preset's variance: fixed (cs2 0), geometric (cs2 1) or lognormal with ``cv = sqrt(cs2)``. The
-simulator has no prefix cache, so ``prefix_cache_hit_rate`` is not simulated. Every simulation goes
-through :func:`toolkit.simulate_grid`, in-process or on the Dask ``client`` given.
+preset's variance: fixed (cs2 0), geometric (cs2 1) or lognormal with ``cv = sqrt(cs2)``. A trace
+with ``prefix_blocks`` is replayed through the simulator's prefix cache of the plan's backend; a constant
+``prefix_cache_hit_rate`` is not simulated. Every simulation goes through :func:`toolkit.simulate_grid`,
+in-process or on the Dask ``client`` given.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import numpy as np
 
 from toolkit._queueing.build_check import stale_compiled
 from toolkit._queueing.event_loop import run_events
+from toolkit._queueing.prefix_cache import _FixedCache
 from toolkit._queueing.replica import _IDLE, _RUN, _STEP, _WAKE, _Replica
 
 __all__: list[str] = []
@@ -26,6 +27,12 @@ if stale := stale_compiled():
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+# SGLang router's cache-aware defaults (``sgl-router`` ``CacheAwareConfig::default``)
+PREFIX_BALANCE_ABS = 32
+PREFIX_BALANCE_REL = 1.1
+PREFIX_CACHE_THRESHOLD = 0.5
 
 
 class _Engine:
@@ -52,6 +59,7 @@ class _Engine:
         prefill_breaks=(),
         cached=None,
         prefill_starts=(),
+        caches=None,
     ):
         self.clock = clock
         # offsets from a prompt's end at which the engine ends a prefill chunk (llama-server on a
@@ -103,7 +111,9 @@ class _Engine:
         central = deque()
         self.central = central
         shared = routing == "shared_queue"
-        self.reps = [_Replica(i, central if shared else deque()) for i in range(replicas)]
+        if caches is None:  # each request finds the cached_tokens its trace gives, or none
+            caches = [_FixedCache(self.cached)] * replicas
+        self.reps = [_Replica(i, central if shared else deque(), caches[i]) for i in range(replicas)]
         # the event heap: (time, replica, version), valid while the version is the replica's own
         self.events: list = []
         self.versions = [0] * replicas
@@ -152,6 +162,24 @@ class _Engine:
             if r.phase == _RUN and self._fits(r, rid):
                 self._truncate(r, t)
 
+    def route(self, rid: int, loads: list[int]) -> int:
+        """``routing="prefix_affinity"``: SGLang router's cache-aware policy (``sgl-router``,
+        ``src/policies/cache_aware.rs``, defaults ``balance_abs_threshold`` 32, ``balance_rel_threshold``
+        1.1, ``cache_threshold`` 0.5). Loads (requests waiting plus running) out of balance, both
+        ``max - min > 32`` and ``max > 1.1 min``: the least loaded replica. Otherwise the replica whose
+        cache holds the longest prefix of the prompt, where that is more than half the prompt; else the
+        one with the least cached (the router's smallest tree). Ties go to the lowest index. The router
+        here sees the replicas' caches as they are (as KV-event-driven routers do), not an estimate."""
+        low, high = min(loads), max(loads)
+        if high - low > PREFIX_BALANCE_ABS and high > PREFIX_BALANCE_REL * low:
+            return loads.index(low)
+        matches = [r.cache.match(rid) for r in self.reps]
+        best = max(matches)
+        if best > PREFIX_CACHE_THRESHOLD * self.prompt[rid]:
+            return matches.index(best)
+        sizes = [r.cache.size_tokens() for r in self.reps]
+        return sizes.index(min(sizes))
+
     def _open_window(self, t: float) -> None:
         """The first measured request arrives: note the time and every replica's busy seconds so far."""
         self.window_start = t
@@ -161,6 +189,7 @@ class _Engine:
     def _preempt(self, r: _Replica, t: float) -> None:
         v = self._views
         rid, decoding = r.running.popitem()  # the most recently admitted
+        r.cache.release(rid, self.budget - r.kv_used)  # its blocks stay cached, unreferenced
         v["preempted"][rid] += 1
         if decoding:
             done = r.steps - v["joined"][rid]

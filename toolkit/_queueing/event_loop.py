@@ -1,7 +1,5 @@
 """The simulator's event loop: every replica's steps (admission, chunked prefill, completions) in time order.
-
-A hot loop: it is long for speed (no per-event allocation beyond what the schedule needs).
-"""
+A hot loop: it is long for speed (no per-event allocation beyond what the schedule needs)."""
 
 from __future__ import annotations
 
@@ -20,21 +18,20 @@ _TICK_MASK: Final = _TICK - 1
 
 
 def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
-    """Simulate the engine ``eng`` until every request has finished; return the time of the last event
-    (s). ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
+    """Simulate the engine ``eng`` until every request has finished; return the time of the last event (s).
+    ``bar.update`` is told of every ``_TICK`` requests reaching the engine.
 
-    One pass of the loop handles one event of the current replica ``r``, its state in locals: it
-    ends the replica's phase (a mixed step or a run of decode steps: prefills that finish, first
-    tokens, completions) and plans the next (preemptions, prefill chunks and admissions in the
-    step's token budget, then a mixed step or the longest uninterruptible run of decode steps).
+    One pass of the loop handles one event of the current replica ``r``, its state in locals: it ends the replica's
+    phase (a mixed step or a run of decode steps: prefills that finish, first tokens, completions) and plans the next
+    (preemptions, prefill chunks and admissions in the step's token budget, then a mixed step or the longest
+    uninterruptible run of decode steps). A replica's prefix cache (``r.cache``) is told of admissions and completions.
 
-    With a queue per replica, nothing but an arrival can change what a replica does, and no replica
-    reads another's state except at an arrival: so ``r`` goes on with its next event at once while
-    that comes before the next arrival. Otherwise the next arrival, or the earliest event of another
-    replica (from the event heap, in (time, replica) order), comes first; an arrival changes the
-    next event of its replica in place (``r``'s in locals, another's by a new heap entry that makes
-    its old one stale), and only when another replica's event comes first does ``r`` store its state
-    and put its event in the heap (one sift); with a shared queue every event goes through the heap.
+    With a queue per replica, nothing but an arrival can change what a replica does, and no replica reads another's
+    state except at an arrival: so ``r`` goes on with its next event at once while that comes before the next arrival.
+    Otherwise the next arrival, or the earliest event of another replica (from the event heap, in (time, replica)
+    order), comes first; an arrival changes the next event of its replica in place (``r``'s in locals, another's by a
+    new heap entry that makes its old one stale), and only when another replica's event comes first does ``r`` store
+    its state and put its event in the heap (one sift); with a shared queue every event goes through the heap.
     """
     v = eng._views
     prompt, output, arrival, admit_t, first_t, finish_t, cached = (
@@ -56,23 +53,22 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
     closed: bool = eng.closed_loop
     breaks, starts = eng.breaks, eng.starts
     cut = bool(breaks or starts)
-    shared = eng.routing == "shared_queue"
+    shared, affinity = eng.routing == "shared_queue", eng.routing == "prefix_affinity"
     round_robin, next_rr, n_reps = eng.routing == "round_robin", 0, len(reps)
-    # per replica: requests waiting plus running (with a queue per replica, they change only as
-    # requests arrive and complete)
+    # per replica: requests waiting plus running (with a queue per replica, they change as requests arrive and end)
     loads: list[int] = [0] * n_reps
     window_request = eng.window_request
     inf: float = math.inf
     n: int = eng.n
-    # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine;
-    # a closed loop's clients each send one at time 0, the next as the previous one completes
+    # requests next_arrival .. next_issue - 1 have left the client and not yet reached the engine; a closed loop's
+    # clients each send one at time 0, the next as the previous one completes
     next_arrival, next_issue = 0, n
     if closed:
         next_issue = min(cast(int, concurrency), n)
         eng.arrival[:next_issue] = 0.0
     ta: float = arrival[0] + overhead if next_issue else inf  # when the next request reaches the engine
-    # the current replica, its state in locals (stored back into ``r`` when another replica's event
-    # comes first), and the time of its next event (inf: idle)
+    # the current replica, its state in locals (stored back into ``r`` when another replica's event comes first),
+    # and the time of its next event (inf: idle)
     r: _Replica = reps[0]
     index: int = r.index
     phase: int = r.phase
@@ -135,6 +131,8 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                     if round_robin:
                         j = next_rr % n_reps
                         next_rr += 1
+                    elif affinity:  # the longest cached prefix, within the router's load bounds
+                        j = eng.route(rid, loads)
                     else:  # least loaded: the first replica with the fewest requests waiting plus running
                         j = loads.index(min(loads))
                     loads[j] += 1
@@ -219,6 +217,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                 kv = kv_join[rid] + steps - joined[rid]
                 n_dec -= 1
                 kv_dec -= kv
+                r.cache.release(rid, budget - kv_used)
                 kv_used -= kv + slack
                 del running[rid]
                 finish_t[rid] = now
@@ -231,6 +230,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                     if g == 1:  # its first token (one preempted while decoding had generated tokens)
                         first_t[rid] = now
                     if g >= output[rid]:
+                        r.cache.release(rid, budget - kv_used)
                         kv_used -= kv + slack
                         del running[rid]
                         finish_t[rid] = now
@@ -284,7 +284,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
             if admit_t[rid] != admit_t[rid]:  # NaN: first admission
                 admit_t[rid] = now
             replica_of[rid] = index
-            done = cached[rid]
+            cached[rid] = done = r.cache.admit(rid, budget - kv_used, need, slack)  # found in cache: not prefilled
             left = need - done
             chunk = cast(int, prefill_chunk(left, room, breaks, done, starts)) if cut else left if left < room else room
             prefill.append([rid, left, done, chunk])

@@ -31,10 +31,14 @@ class _Replica:
         "run_steps",
         "fit",
         "busy_s",
+        "cache",
     )
 
-    def __init__(self, index: int, queue: deque[int]):
+    def __init__(self, index: int, queue: deque[int], cache: Any):
         self.index = index
+        # the prefix cache: admit(request, KV tokens free once it takes its own, those tokens) -> prompt
+        # tokens found cached; release(request, KV tokens free before it frees its own) as it ends or is preempted
+        self.cache = cache
         self.queue = queue
         self.running: dict[int, bool] = {}  # admission order; value: decoding (True) or prefilling
         # [request, tokens left to prefill, tokens prefilled, this step's chunk]; the chunked entries

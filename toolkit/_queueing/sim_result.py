@@ -111,6 +111,7 @@ def request_records(engine, overhead_s: float, n_warm: int) -> pd.DataFrame:
         "output_tokens": out_tokens,
         "replica": engine.replica_of.astype(np.int64),
         "preempted": engine.preempted.astype(np.int64),
+        "cached_tokens": engine.cached,
         "warmup": np.arange(arrival_s.size) < n_warm,
     }
     return pd.DataFrame(columns, copy=False)
@@ -147,6 +148,8 @@ def summarize(requests: pd.DataFrame, engine, end: float, n_replicas: int, kv_bu
             "output_tok_s": float(measured("output_tokens").sum()) / span if span > 0 else math.nan,
             "achieved_concurrency": throughput * summary["e2e_mean_s"],
             "preemptions": int(requests["preempted"].to_numpy().sum()),
+            "prefix_hit_rate": float(measured("cached_tokens").sum() / measured("prompt_tokens").sum()),
+            "prefill_tokens_saved": int(measured("cached_tokens").sum()),
             "utilization": busy / (n_replicas * window) if window > 0 else math.nan,
             "kv_budget_tokens": kv_budget,
             "queue_wait_growth": growth,

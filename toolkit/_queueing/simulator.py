@@ -36,17 +36,18 @@ import pandas as pd
 
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
-from toolkit._model.serving import cost_model
+from toolkit._model.resolve import resolve_backend
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
 from toolkit._queueing.engine import _Engine
+from toolkit._queueing.prefix_cache import SLOT_PROMPT_SIMILARITY, prefix_caches
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
-from toolkit._queueing.workload import _cached_tokens, _draw_tokens, _load, check_fits
+from toolkit._queueing.workload import _cached_tokens, _cost, _draw_tokens, _load, check_breaks, check_fits
 from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["simulate"]
 
-_ROUTING = ("round_robin", "least_loaded", "shared_queue")
+_ROUTING = ("round_robin", "least_loaded", "shared_queue", "prefix_affinity")
 # Validation ceilings: a Python record per request and per replica, within memory and minutes.
 MAX_REPLICAS = 10**4
 # runs from this many requests show a progress bar by default (on a terminal): a few seconds
@@ -56,31 +57,6 @@ LONG_REQUESTS = 200_000
 # slightly different lengths, so clients drift out of phase; issue 17's 70B FP8 TP2 runs at 25-50
 # clients came out +160-197% on TTFT in lock-step and about half that with a 5% spread.
 CLOSED_LOOP_OUTPUT_CV = 0.05
-
-
-def check_breaks(prefill_breaks: object, name: str = "prefill_breaks") -> tuple[int, ...]:
-    """``prefill_breaks`` as a tuple of distinct ints >= 1 (ValueError naming the argument ``name``)."""
-    if isinstance(prefill_breaks, (str, bytes)) or not isinstance(prefill_breaks, Sequence):
-        raise ValueError(f"{name} must be a sequence of integers >= 1, got {prefill_breaks!r}")
-    return tuple(sorted({check_int(name, b, low=1, high=MAX_TOKENS) for b in prefill_breaks}))
-
-
-def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
-    if cost is None:
-        return cost_model(
-            model,
-            gpu,
-            quant,
-            tensor_parallel=tensor_parallel,
-            kv_dtype=kv_dtype,
-            calibration=calibration,
-            backend=backend,
-            max_num_batched_tokens=token_budget,
-        )
-    missing = [a for a in ("step_ms", "kv_budget_tokens", "request_overhead_ms") if not hasattr(cost, a)]
-    if missing:
-        raise ValueError(f"cost must provide step_ms, kv_budget_tokens and request_overhead_ms; missing {missing}")
-    return cost
 
 
 @positional_deprecated
@@ -112,6 +88,7 @@ def simulate(
     output_cv: float | None = None,
     prefill_breaks: Sequence[int] = (),
     prefill_start_breaks: Sequence[int] = (),
+    slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -163,11 +140,19 @@ def simulate(
         ``output_tokens`` (integers, 1 to 10**9); one request per row, at most 10**7. An optional
         ``cached_tokens`` column (0 to ``prompt_tokens - 1``) gives the prompt tokens the server
         finds in its cache: they hold KV and are attended to but never prefilled (a preempted
-        request finds them again).
-    routing : {"round_robin", "least_loaded", "shared_queue"}
+        request finds them again). Or a ``prefix_blocks`` column (each prompt's block ids, blocks of
+        ``trace.attrs["prefix_block_tokens"]`` tokens; equal leading ids are a shared prefix): each
+        replica then runs a prefix cache with its engine's rules (``toolkit._queueing.prefix_cache``):
+        llama.cpp's slots for ``backend="llamacpp"`` (or ``"ollama"``), else vLLM's block cache (LRU
+        eviction of the blocks no running sequence holds, within the KV budget). The prefix a request
+        finds is not prefilled, so TTFT and the engine's work fall; the cache holds only KV memory the
+        running batch leaves free, so a fuller engine finds less.
+    routing : {"round_robin", "least_loaded", "shared_queue", "prefix_affinity"}
         How requests reach replicas: in turn; to the replica with the fewest requests waiting plus
-        running; or held in one central FIFO queue and taken by the first replica with room (c
-        replicas of ``max_batch=1`` are then an M/G/c queue).
+        running; held in one central FIFO queue and taken by the first replica with room (c
+        replicas of ``max_batch=1`` are then an M/G/c queue); or, with ``prefix_blocks``, SGLang
+        router's cache-aware rule (the replica caching the longest prefix unless loads are out of
+        balance; ``_Engine.route``).
     kv_dtype : str or spec
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
@@ -207,6 +192,10 @@ def simulate(
         none. llama-server with context checkpoints stops a prompt's chunk at the start of its last
         user message, position 1 (after BOS) in a chat of one user message
         (``toolkit._sweep.llama_server.SCHEDULING``).
+    slot_prompt_similarity : float
+        llama-server's ``--slot-prompt-similarity`` (0 to 1; default 0.1, the server's): a request
+        takes the idle slot sharing the largest fraction of its prompt above it. Used with
+        ``prefix_blocks`` and a llama.cpp backend.
 
     Returns
     -------
@@ -215,13 +204,15 @@ def simulate(
         it), ``queue_wait_s`` (s from reaching the engine to first admission), ``ttft_s`` (s to the
         first token, including the request overhead), ``tpot_s`` (s per output token after the
         first; NaN for one-token outputs), ``e2e_s`` (s), ``prompt_tokens``, ``output_tokens``,
-        ``replica`` (the replica that finished it), ``preempted`` (times preempted), ``warmup`` (bool).
+        ``replica`` (the replica that finished it), ``preempted`` (times preempted), ``cached_tokens``
+        (prompt tokens found in the cache, not prefilled; at its last admission), ``warmup`` (bool).
         ``.summary``: one row with ``requests`` (measured, after warm-up), ``{metric}_mean_s``,
         ``{metric}_p50_s``, ``{metric}_p95_s``, ``{metric}_p99_s`` for queue_wait, ttft, tpot and e2e;
         ``throughput_rps`` and ``output_tok_s`` (measured requests and their output tokens over the
         span from the first measured arrival to the last measured completion), ``achieved_concurrency``
         (mean requests in flight, client side: throughput times mean e2e, by Little's law),
-        ``preemptions`` (all requests), ``utilization`` (fraction of the time from the first measured
+        ``preemptions`` (all requests), ``prefix_hit_rate`` (measured requests' cached prompt tokens
+        over their prompt tokens), ``prefill_tokens_saved`` (their cached tokens), ``utilization`` (fraction of the time from the first measured
         request reaching the engine to the end of the simulation that the replicas spent computing
         steps, averaged over replicas), ``kv_budget_tokens`` (per replica), ``queue_wait_growth`` (s of
         queue wait gained per s of arrivals, first third to last: about rho - 1 when offered rho times what
@@ -269,6 +260,13 @@ def simulate(
     if order is not None:
         arrival, prompt, output = arrival[order], prompt[order], output[order]
         cached = None if cached is None else cached[order]
+    similarity = check_number("slot_prompt_similarity", slot_prompt_similarity, low=0, high=1)
+    name = None if backend is None else resolve_backend(backend)["name"]
+    caches = prefix_caches(trace, order, name, n_replicas, batch, slack + 1, similarity)
+    if caches is not None and cached is not None:
+        raise ValueError("trace: give cached_tokens or prefix_blocks, not both (prefix_blocks simulates the cache)")
+    if routing == "prefix_affinity" and caches is None:
+        raise ValueError("routing='prefix_affinity' needs a trace with prefix_blocks")
     engine = _Engine(
         _Clock(cm, kv_budget),
         kv_budget,
@@ -285,6 +283,7 @@ def simulate(
         prefill_breaks=breaks,
         cached=cached,
         prefill_starts=starts,
+        caches=caches,
     )
     n_warm = int(warm * n)
     engine.window_request = n_warm
@@ -314,5 +313,6 @@ def simulate(
         "output_cv": spread,
         "prefill_breaks": breaks,
         "prefill_start_breaks": starts,
+        "prefix_cache": None if caches is None else type(caches[0]).__name__.strip("_"),
     }
     return SimulationResult(requests, pd.DataFrame([summary]), config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,7 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.resolve import window_message, within_window
+from toolkit._model.serving import cost_model
 from toolkit._queueing.arrivals import ARRIVALS, MAX_CA2, check_burst, inter_arrival_gaps_s
 
 __all__: list[str] = []
@@ -142,3 +144,28 @@ def _load(rng, prompt_tokens, output_tokens, num_requests, arrival_rate, concurr
     prompt = _draw_tokens("prompt_tokens", prompt_tokens, rng, n)
     output = _draw_tokens("output_tokens", output_tokens, rng, n)
     return arrival, prompt, output
+
+
+def check_breaks(prefill_breaks: object, name: str = "prefill_breaks") -> tuple[int, ...]:
+    """``prefill_breaks`` as a tuple of distinct ints >= 1 (ValueError naming the argument ``name``)."""
+    if isinstance(prefill_breaks, (str, bytes)) or not isinstance(prefill_breaks, Sequence):
+        raise ValueError(f"{name} must be a sequence of integers >= 1, got {prefill_breaks!r}")
+    return tuple(sorted({check_int(name, b, low=1, high=MAX_TOKENS) for b in prefill_breaks}))
+
+
+def _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget):
+    if cost is None:
+        return cost_model(
+            model,
+            gpu,
+            quant,
+            tensor_parallel=tensor_parallel,
+            kv_dtype=kv_dtype,
+            calibration=calibration,
+            backend=backend,
+            max_num_batched_tokens=token_budget,
+        )
+    missing = [a for a in ("step_ms", "kv_budget_tokens", "request_overhead_ms") if not hasattr(cost, a)]
+    if missing:
+        raise ValueError(f"cost must provide step_ms, kv_budget_tokens and request_overhead_ms; missing {missing}")
+    return cost

@@ -84,7 +84,7 @@ def simulate_grid(
         columns as given (a trace frame shown by its name and size), ``seed`` (the seed used), the
         summary columns of :func:`toolkit.simulate` (``requests``, ``{metric}_{mean,p50,p95,p99}_s``,
         ``throughput_rps``, ``output_tok_s``, ``achieved_concurrency``, ``preemptions``,
-        ``utilization``, ``kv_budget_tokens``, ``queue_wait_growth``, ``stable``: nullable boolean),
+        ``prefix_hit_rate``, ``prefill_tokens_saved``, ``utilization``, ``kv_budget_tokens``, ``queue_wait_growth``, ``stable``: nullable boolean),
         the ``percentiles`` columns, and ``error``: None, or
         ``"ExceptionType: message"`` for a scenario that raised (its numbers are then missing). A
         scenario whose Dask task failed on every attempt is an error row too: no row is ever lost.

@@ -36,12 +36,14 @@ SUMMARY_COLUMNS = (
     "output_tok_s",
     "achieved_concurrency",
     "preemptions",
+    "prefix_hit_rate",
+    "prefill_tokens_saved",
     "utilization",
     "kv_budget_tokens",
     "queue_wait_growth",
     "stable",
 )
-INTEGER_COLUMNS = ("requests", "preemptions", "kv_budget_tokens")
+INTEGER_COLUMNS = ("requests", "preemptions", "prefill_tokens_saved", "kv_budget_tokens")
 BOOLEAN_COLUMNS = ("stable",)
 # shipped traces sliced and scaled, kept per worker process
 TRACE_CACHE_SIZE = 32
