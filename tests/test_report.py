@@ -314,6 +314,33 @@ def test_report_writes_html_with_static_charts_and_tables_beside_it(report):
         assert len(pd.read_csv(out / table)) >= 4
 
 
+def test_report_times_each_phase_and_the_phases_add_up(report):
+    timing = pd.read_csv(report.parent / "timing.csv").set_index("phase")["seconds"]
+    top = timing[["measure", "charts", "notebooks", "page"]]
+    assert (top >= 0).all()
+    # the four phases follow one another, so they fill the total (each rounded to 0.01 s)
+    assert top.sum() == pytest.approx(timing["total"], abs=0.03)
+    # a recorded run is read, not measured, and no notebook was executed: no measuring phases
+    assert not any(name.startswith("measure.") for name in timing.index)
+    assert timing["notebooks"] < 0.5 < timing["charts"]
+
+
+def test_cli_json_reports_the_seconds_of_each_phase(monkeypatch, capsys, tmp_path):
+    import argparse
+    import json
+
+    (tmp_path / "conclusion.txt").write_text("fine\n")
+    (tmp_path / "timing.csv").write_text("phase,seconds\nmeasure,3.5\nmeasure.sweep,2.25\ntotal,4.0\n")
+    monkeypatch.setattr(_report_build, "build_report", lambda **kwargs: tmp_path / "index.html")
+    parser = argparse.ArgumentParser()
+    _report_cli.add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", "--recorded", "--json", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["phase_s"] == {"measure": 3.5, "measure.sweep": 2.25, "total": 4.0}
+    assert printed["conclusion"] == "fine"
+
+
 def test_report_html_loads_nothing_from_elsewhere(report):
     text = report.read_text()
     # markup only: keep each <script ...> tag, drop its inlined code (the bundles contain templates)
