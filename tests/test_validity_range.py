@@ -87,6 +87,9 @@ def test_extrapolation_names_the_quantity_the_range_and_the_value(calibration):
     assert extrapolation(calibration, prompt_tokens=768, context_tokens=800, batch=8) == (False, "")
     assert extrapolation(calibration, prompt_tokens=2000) == (True, "prompt_tokens 2000 above the measured 128-768")
     assert extrapolation(calibration, batch=32) == (True, "batch 32 above the measured 1-8")
+    # within 10% of a maximum is inside (a sweep's lanes spread a few percent about their level's mean)
+    assert extrapolation(calibration, prompt_tokens=768 * 1.1) == (False, "")
+    assert extrapolation(calibration, prompt_tokens=846)[0] and extrapolation(calibration, batch=9)[0]
     # the default efficiencies have no measured range: nothing is flagged
     assert extrapolation(None, prompt_tokens=10**6, batch=10**4) == (False, "")
     with pytest.raises(ValueError, match="unknown quantity"):

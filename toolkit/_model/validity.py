@@ -11,8 +11,11 @@ that range in the calibration's row:
   observations;
 - ``valid_batch_min`` / ``_max``: the sequences decoding together, over its TPOT observations.
 
-A prediction is *extrapolated* where it goes above a maximum: a longer prompt, a longer context or a
-larger batch than any measured. Below a minimum is not flagged: there the terms that grow with
+A prediction is *extrapolated* where it goes above a maximum by more than ``TOLERANCE``: a longer
+prompt, a longer context or a larger batch than any measured. The margin is the spread of lengths
+about a mean that a calibration on a sweep's levels sees (a level's observation is its mean lane,
+while a prediction of the same sweep takes each lane's own prompt, a few percent longer or shorter);
+a batch of 9 over a measured 8 is still flagged. Below a minimum is not flagged: there the terms that grow with
 length and batch (compute-bound prefill, attention, the per-sequence cost) shrink toward the fixed
 costs (one read of the weights, the step and request overheads) that every measured step paid, so
 the fit covers them; above the maximum those growing terms reach sizes no observation weighed.
@@ -28,6 +31,9 @@ import numpy as np
 import pandas as pd
 
 __all__: list[str] = []
+
+# relative margin above a measured maximum that is not yet flagged (module docstring)
+TOLERANCE = 0.1
 
 # quantity -> what it counts, for the warning and the report's sentence
 QUANTITIES = {
@@ -84,7 +90,8 @@ def _number(row: object, key: str) -> float:
 
 def extrapolation(calibration: object, **largest: float) -> tuple[bool, str]:
     """Whether a prediction reaching ``largest`` (``prompt_tokens``, ``context_tokens``, ``batch``:
-    the largest value it reaches) goes above the calibration's measured range, and why.
+    the largest value it reaches) goes above the calibration's measured range (by more than
+    ``TOLERANCE`` of its maximum), and why.
 
     Returns
     -------
@@ -97,7 +104,7 @@ def extrapolation(calibration: object, **largest: float) -> tuple[bool, str]:
     for name, value in largest.items():
         if name not in QUANTITIES:
             raise ValueError(f"extrapolation: unknown quantity {name!r}; one of {', '.join(QUANTITIES)}")
-        if name in known and math.isfinite(float(value)) and float(value) > known[name][1]:
+        if name in known and math.isfinite(float(value)) and float(value) > known[name][1] * (1 + TOLERANCE):
             low, high = known[name]
             reasons.append(f"{name} {float(value):g} above the measured {low:g}-{high:g}")
     return bool(reasons), "; ".join(reasons)
