@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
 	-DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
 
-.PHONY: report test bench docs install chromium clean
+.PHONY: report screenshots test bench docs install chromium clean
 
 install: $(STAMP)
 
@@ -33,9 +33,19 @@ chromium:
 		elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 		else echo "chromium not installed (needs root or password-less sudo): the JupyterLab browser test will be skipped"; fi
 
-report: $(STAMP) chromium
+# The report measures and writes the page (its notebooks executed into it); the JupyterLab screenshots of
+# those notebooks (every notebook run again in headless Chromium, minutes on 2 cores) are taken only with
+# SCREENSHOTS=1, or afterwards by `make screenshots`, which photographs the last report's notebooks. The
+# browser test in `make test` (tests/test_jupyterlab.py) checks the same notebooks draw in JupyterLab.
+SCREENSHOTS ?= 0
+
+report: $(STAMP)
 	$(PY) -m toolkit report --json > $(VENV)/last-report.json
 	@cat $(VENV)/last-report.json
+	@if [ "$(SCREENSHOTS)" = 1 ]; then $(MAKE) --no-print-directory screenshots; fi
+
+screenshots: $(STAMP) chromium
+	@test -f $(VENV)/last-report.json || { echo "error: no report yet: run make report first"; exit 2; }
 	$(PY) tests/jupyter_browser.py --from-report $(VENV)/last-report.json
 
 test: $(STAMP) chromium

@@ -1,14 +1,14 @@
 """Run notebooks in a real JupyterLab, in headless Chromium, with the network cut to loopback.
 
-Used by ``tests/test_jupyterlab.py`` (every chart draws, no cell errs) and by ``make report``
-(a screenshot of each executed notebook). The browser is the system's Chromium driven through
+Used by ``tests/test_jupyterlab.py`` (every chart draws, no cell errs) and by ``make screenshots``
+(or ``make report SCREENSHOTS=1``: a screenshot of each executed notebook of the last report). The browser is the system's Chromium driven through
 Playwright; every request to anything but 127.0.0.1 is aborted and recorded, so a chart that would
 need a CDN fails here exactly as it would on an air-gapped cluster. JupyterLab's windowing is turned
 off so that every cell is in the page (and in the screenshot).
 
 Run as a script: ``python tests/jupyter_browser.py OUT_DIR [NOTEBOOK ...]`` writes ``OUT_DIR/<name>.png``
 and ``OUT_DIR/notebooks.json`` (per notebook: cells, chart outputs, errors, blocked requests).
-``--from-report FILE`` (the JSON ``python -m toolkit report --json`` printed, as ``make report``
+``--from-report FILE`` (the JSON ``python -m toolkit report --json`` printed, as ``make screenshots``
 does) writes them to ``<report folder>/notebook-screenshots`` with the notebooks drawing that report's
 sweep (``TOOLKIT_SWEEP_DIR``).
 """

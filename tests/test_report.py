@@ -314,6 +314,33 @@ def test_report_writes_html_with_static_charts_and_tables_beside_it(report):
         assert len(pd.read_csv(out / table)) >= 4
 
 
+def test_report_times_each_phase_and_the_phases_add_up(report):
+    timing = pd.read_csv(report.parent / "timing.csv").set_index("phase")["seconds"]
+    top = timing[["measure", "charts", "notebooks", "page"]]
+    assert (top >= 0).all()
+    # the four phases follow one another, so they fill the total (each rounded to 0.01 s)
+    assert top.sum() == pytest.approx(timing["total"], abs=0.03)
+    # a recorded run is read, not measured, and no notebook was executed: no measuring phases
+    assert not any(name.startswith("measure.") for name in timing.index)
+    assert timing["notebooks"] < 0.5 < timing["charts"]
+
+
+def test_cli_json_reports_the_seconds_of_each_phase(monkeypatch, capsys, tmp_path):
+    import argparse
+    import json
+
+    (tmp_path / "conclusion.txt").write_text("fine\n")
+    (tmp_path / "timing.csv").write_text("phase,seconds\nmeasure,3.5\nmeasure.sweep,2.25\ntotal,4.0\n")
+    monkeypatch.setattr(_report_build, "build_report", lambda **kwargs: tmp_path / "index.html")
+    parser = argparse.ArgumentParser()
+    _report_cli.add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", "--recorded", "--json", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["phase_s"] == {"measure": 3.5, "measure.sweep": 2.25, "total": 4.0}
+    assert printed["conclusion"] == "fine"
+
+
 def test_report_html_loads_nothing_from_elsewhere(report):
     text = report.read_text()
     # markup only: keep each <script ...> tag, drop its inlined code (the bundles contain templates)
@@ -607,3 +634,57 @@ def test_a_local_sweep_runs_its_repeats_as_passes_with_work_between_them(tmp_pat
     assert sorted(run.lanes["repeat"].unique()) == [1, 2] and len(run.lanes) == 2 * 2 * 2
     assert {p.name for p in (tmp_path / "sweep").iterdir()} >= {"pass1", "pass2"}
     assert "2 run(s) per level, each a pass over every level, spread over the run" in run.conditions["sweep"]
+
+
+def test_a_local_run_times_each_of_its_phases(monkeypatch, tmp_path):
+    # every step of the local run advances a fake clock by a known amount: the phases must come back
+    # as those amounts summed over their calls, the sweep's without the passes run between its own
+    import types
+
+    import toolkit._sweep.llama_server as llama_server
+    import toolkit._sweep.profile as profile_module
+    import toolkit._sweep.replay as replay_module
+
+    now = [0.0]
+
+    def takes(seconds, result=None):
+        def step(*args, **kwargs):
+            now[0] += seconds
+            return result
+
+        return step
+
+    class FakeServer:
+        pid, base_url, parallel, threads = 1, "http://127.0.0.1:1", 8, 1
+
+        def __enter__(self):
+            now[0] += 5.0  # loading the model
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def fake_sweep(base_url, out, settings, label, *, server_pid, between):
+        for _ in range(2):  # two passes of 50 s, each followed by a profile pass and a host sample
+            now[0] += 50.0
+            between()
+        return _measure._Run(pd.DataFrame({"in_flight": [1]}), None, label)
+
+    monkeypatch.setattr(_measure, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(llama_server, "LlamaServer", lambda parallel: FakeServer())
+    monkeypatch.setattr(llama_server, "server_version", lambda: "fake")
+    monkeypatch.setattr(profile_module, "profile", takes(20.0, pd.DataFrame({"repeat": [0]})))
+    monkeypatch.setattr(replay_module, "replay_trace", takes(100.0, types.SimpleNamespace(requests=None)))
+    monkeypatch.setattr(_measure, "measure_host", takes(8.0, pd.DataFrame({"name": ["host"]})))
+    monkeypatch.setattr(_measure, "_measure", fake_sweep)
+    monkeypatch.setattr(_measure, "combine_profile_passes", lambda passes: passes[0])
+    monkeypatch.setattr(_measure, "best_of_hosts", lambda samples: samples[0])
+    monkeypatch.setattr(_measure, "held_out_time_scale", takes(3.0, (2.0, 0.6)))
+    monkeypatch.setattr(_measure, "load_trace", lambda *args, **kwargs: pd.DataFrame({"arrival_s": [0.0]}))
+    monkeypatch.setattr(_measure.host_state, "sample", lambda pid=None: None)
+    monkeypatch.setattr(_measure.host_state, "conditions", lambda before, after: {"other_cpu_share": 0.0})
+    run = _measure._measure_local(tmp_path)
+    # 3 host samples of 8 s, 4 profile passes of 20 s, 2 sweep passes of 50 s
+    assert run.phase_s == pytest.approx(
+        {"host": 24.0, "server": 5.0, "profile": 80.0, "sweep": 100.0, "replay_stretch": 3.0, "replay": 100.0}
+    )

@@ -77,6 +77,8 @@ _EXPORTS: dict[str, str] = {
     "calibrate": "_calibration.calibrate",
     "accuracy": "_calibration.calibrate",
     "predict_sweep": "_calibration.predict",
+    "simulate_intervals": "_calibration.intervals",
+    "predict_sweep_intervals": "_calibration.intervals",
     # checks against published runs
     "reference_sweep": "_validation.reference_check",
     "compare_with_chimeraforge": "_validation.chimeraforge",

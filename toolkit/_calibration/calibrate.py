@@ -21,6 +21,7 @@ from toolkit._calibration.outliers import OUTLIER_Z, cell_labels, screen
 from toolkit._calibration.reference import combined_se, reference_rel_se
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
+from toolkit._model.validity import validity_range
 from toolkit._queueing.simulator import check_breaks
 from toolkit._vocab.keywords import positional_deprecated
 
@@ -128,7 +129,9 @@ def calibrate(
         ``held_reason``; ``condition_number`` (of the Jacobian scaled by the parameters) and
         ``max_abs_correlation`` (between two fitted parameters); ``outlier_cells`` (the cells whose
         mean residual lies more than 5 standard deviations from the others', ``; ``-separated, judged
-        on the robust fit) and ``robust``; ``model``, ``gpu``, ``quant``, ``tensor_parallel``,
+        on the robust fit) and ``robust``; the measured range, ``valid_prompt_tokens_min`` / ``_max``,
+        ``valid_context_tokens_*`` and ``valid_batch_*`` (:mod:`toolkit._model.validity`: a
+        prediction above it is flagged ``extrapolated``); ``model``, ``gpu``, ``quant``, ``tensor_parallel``,
         ``kv_dtype``. ``attrs["cell_residuals"]``: columns of a table, one row per cell (a profile's design point and
         kind, a sweep's level and kind) with ``observations``, ``residual_mean`` and ``residual_se``
         (relative residual at the robust fit), ``z`` (its standardized residual), ``outlier`` and
@@ -196,25 +199,21 @@ def calibrate(
     row["ttft_residual_rms"] = result["rms_by_kind"].get("ttft", np.nan)
     row["tpot_residual_rms"] = result["rms_by_kind"].get("tpot", np.nan)
     row["n_obs"] = len(obs)
-    row["n_ttft"] = int((obs["kind"] == "ttft").sum())
-    row["n_tpot"] = int((obs["kind"] == "tpot").sum())
+    row["n_ttft"], row["n_tpot"] = (int((obs["kind"] == kind).sum()) for kind in ("ttft", "tpot"))
     row["fitted"] = ",".join(n for n in fit if n not in held)
     row["held"] = ",".join(held)
     row["held_reason"] = "; ".join(held.values())
     row["condition_number"] = result["condition_number"]
     row["max_abs_correlation"] = result["max_abs_correlation"]
-    row["prefill_breaks"] = ",".join(map(str, breaks))
-    row["prefill_start_breaks"] = ",".join(map(str, starts))
-    row["outlier_cells"] = "; ".join(flagged)
-    row["robust"] = robust
+    row.update(prefill_breaks=",".join(map(str, breaks)), prefill_start_breaks=",".join(map(str, starts)))
+    row.update(outlier_cells="; ".join(flagged), robust=robust)
     row.update(
-        {
-            "model": base.model["name"],
-            "gpu": _gpu_name(gpu),
-            "quant": base.quant["name"],
-            "tensor_parallel": tensor_parallel,
-            "kv_dtype": base.kv_dtype["name"],
-        }
+        validity_range(obs),
+        model=base.model["name"],
+        gpu=_gpu_name(gpu),
+        quant=base.quant["name"],
+        tensor_parallel=tensor_parallel,
+        kv_dtype=base.kv_dtype["name"],
     )
     out = pd.DataFrame([row])
     out.attrs["cell_residuals"] = cells.to_dict("list")  # columns: frames in attrs break pd.concat

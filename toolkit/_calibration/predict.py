@@ -22,6 +22,7 @@ from toolkit._args import check_array, check_int
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.serving import cost_model
+from toolkit._model.validity import extrapolation, measured_range, warn_extrapolated
 from toolkit._queueing.simulator import simulate
 from toolkit._vocab.keywords import positional_deprecated
 
@@ -131,7 +132,10 @@ def predict_sweep(
         request time), ``achieved_concurrency`` (llm_sum / wall), ``prompt_tokens``,
         ``output_tokens`` (totals), ``dec_tok_s`` (output tokens / wall), ``tok_s_gain``
         (dec_tok_s / dec_tok_s at the first limit), ``ttft_p50_ms``, ``tpot_p50_ms`` (ms, medians
-        over lanes).
+        over lanes). With a ``calibration`` that records its measured range (:func:`toolkit.calibrate`),
+        also ``extrapolated`` (bool) and ``extrapolated_reason`` per level: the lanes' longest prompt,
+        their longest context (prompt + output) or the level's batch (``min(limit, lanes,
+        max_batch)``) above that range, each quantity also named once in a ``UserWarning``.
     """
     lanes = check_int("lanes", lanes, low=1, high=MAX_LANES)
     limits = [check_int("limits", x, low=1, high=MAX_BATCH) for x in np.atleast_1d(limits)]
@@ -187,4 +191,13 @@ def predict_sweep(
     levels = pd.DataFrame(rows)
     levels["speedup"] = levels["wall_s"].iloc[0] / levels["wall_s"]
     levels["tok_s_gain"] = levels["dec_tok_s"] / levels["dec_tok_s"].iloc[0]
-    return levels[list(PREDICTED_LEVEL_COLUMNS)]
+    levels = levels[list(PREDICTED_LEVEL_COLUMNS)]
+    if measured_range(calibration):
+        extent = {"prompt_tokens": float(prompt.max()), "context_tokens": float((prompt + out).max())}
+        flags = [extrapolation(calibration, **extent, batch=min(limit, lanes, max_batch)) for limit in limits]
+        levels = levels.assign(extrapolated=[f for f, _ in flags], extrapolated_reason=[r for _, r in flags])
+        # one warning per quantity, at its largest value over the levels
+        warn_extrapolated(
+            "predict_sweep", extrapolation(calibration, **extent, batch=min(max(limits), lanes, max_batch))[1]
+        )
+    return levels

@@ -177,6 +177,10 @@ def plan(
         plans simulated and missing (NaN / NA) for the others. No rows, with a ``UserWarning`` saying
         which condition nothing asked for meets (context window, weight format, memory, replicas),
         where no configuration can serve the load.
+        With a ``calibration`` that records its measured range (:func:`toolkit.calibrate`), also
+        ``extrapolated`` (bool) and ``extrapolated_reason``: the candidate's ``batch``, the prompt or
+        the context (``prompt_tokens + output_tokens``) above that range, each quantity also named
+        once in a ``UserWarning``.
     """
     columns, bar, replay = _plan_columns(
         arrival_rate,
@@ -202,6 +206,8 @@ def plan(
     try:
         import pandas as pd  # not at the top: the command line prints the columns without pandas
 
+        from toolkit._model.validity import candidate_flags
+
         texts = {name: _text(*column) for name, column in columns.items() if isinstance(column, tuple)}
         table = pd.DataFrame({name: texts.get(name, column) for name, column in columns.items()}, copy=False)
         if replay is not None:
@@ -210,6 +216,9 @@ def plan(
             load, pct, slos = replay
             table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
             bar.update()
+        table = table.assign(
+            **candidate_flags(calibration, table["batch"], prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        )
     finally:
         bar.close()
     return table

@@ -37,6 +37,7 @@ import pandas as pd
 from toolkit._args import check_choice, check_int, check_number
 from toolkit._model.efficiency import MAX_BATCH, MAX_TOKENS
 from toolkit._model.resolve import resolve_backend
+from toolkit._model.validity import simulation_flag
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
 from toolkit._queueing.engine import _Engine
@@ -156,7 +157,7 @@ def simulate(
     kv_dtype : str or spec
         KV-cache format.
     calibration : dict, Series or one-row DataFrame, optional
-        Efficiency overrides for the cost model.
+        Efficiency overrides; a calibrate() row's measured range adds ``summary``'s ``extrapolated[_reason]``.
     cost : object, optional
         Replaces the cost model: any object with ``step_ms(decode_seqs, kv_tokens, prefill_tokens,
         prefill_context_tokens)`` (ms, numpy-broadcasting; given ``last_chunks`` too where its
@@ -296,6 +297,7 @@ def simulate(
 
     requests = request_records(engine, overhead_s, n_warm)
     summary = summarize(requests, engine, end, n_replicas, kv_budget)
+    summary.update(simulation_flag(calibration, requests, batch, overhead_s))  # above the calibration's range?
     config = {
         "arrival_rate": arrival_rate,
         "concurrency": concurrency,

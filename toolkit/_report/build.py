@@ -11,9 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pandas as pd
 from tqdm.auto import tqdm
 
 from toolkit._report.conclusion import conclusion
@@ -31,6 +33,8 @@ __all__ = ["build_report"]
 NOTEBOOK_DIR = Path("notebooks")
 REPORTS_DIR = Path("reports")
 FAILED_FILE = "FAILED.txt"
+# seconds per phase of the report (tidy: phase, seconds), read back by ``python -m toolkit report --json``
+TIMING_FILE = "timing.csv"
 
 
 def build_report(
@@ -95,7 +99,11 @@ def build_report(
         from the lanes ``latency.csv`` (TTFT, ITL or TPOT, E2E percentiles per level, ms),
         ``throughput_latency.csv`` and ``outcomes.csv`` (attempts per level by outcome),
         ``reference_levels.csv``, ``batching_curve.csv``, ``queueing.csv``, ``frontier.csv``,
-        ``accuracy.csv`` where calibration is available, and ``notebooks/*.ipynb`` executed. A local
+        ``accuracy.csv`` where calibration is available, ``notebooks/*.ipynb`` executed, and
+        ``timing.csv`` (``phase``, ``seconds``: the wall time of each phase, ``measure``, ``charts``,
+        ``notebooks``, ``page`` and ``total``, with a local run's ``measure`` split into
+        ``measure.server``, ``.profile``, ``.sweep``, ``.host``, ``.replay_stretch`` and ``.replay``
+        (the page is written after ``timing.csv``, so ``page`` leaves out writing it). A local
         llama-server run is first profiled (``profile.csv``, ``profile_cells.csv``), the model is
         calibrated on the profile (``calibration.csv``) and checked on the sweep (``accuracy.csv``)
         and on a replayed production-trace slice (``replay.csv``, ``replay_accuracy.csv``); from a
@@ -146,6 +154,13 @@ def _write(
 ) -> Path:
     bar = tqdm(total=4, desc="report", unit="step", disable=not progress)
     bar.set_postfix_str("measuring")
+    clock = [time.perf_counter()]
+    phase_s: dict[str, float] = {}
+
+    def lap(phase: str) -> None:
+        clock.append(time.perf_counter())
+        phase_s[phase] = clock[-1] - clock[-2]
+
     if base_url:
         run = _measure(
             base_url,
@@ -162,15 +177,18 @@ def _write(
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)
+    lap("measure")
     bar.update()
     bar.set_postfix_str("charts and tables")
     trust = _trust(run)
     accuracy = _accuracy_table(run) if trust is None else None
     sections = _sections(run, out, accuracy, trust)
+    lap("charts")
     bar.update()
     bar.set_postfix_str("notebooks")
     if execute_notebooks:
         sections.append(_notebook_section(out, base_url, model, notebook_dir))
+    lap("notebooks")
     bar.update()
     bar.set_postfix_str("page")
     summary = conclusion(run.levels, run.lanes, accuracy)
@@ -180,6 +198,10 @@ def _write(
     busy = busy_opening(run.conditions.get("warning", ""), refused)
     summary = busy + "\n" + summary if busy else summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")
+    lap("page")
+    phase_s["total"] = clock[-1] - clock[0]
+    timing = [*phase_s.items(), *((f"measure.{k}", v) for k, v in run.phase_s.items())]
+    pd.DataFrame(timing, columns=["phase", "seconds"]).round(2).to_csv(out / TIMING_FILE, index=False)
     index = out / "index.html"
     index.write_text(_page(f"Serving capacity report: {name}", run, summary, sections), encoding="utf-8")
     bar.update()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 from pathlib import Path
 
@@ -37,12 +38,17 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-notebooks", action="store_true", help="do not execute the notebooks")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--json", action="store_true", help="print the report's paths and its conclusion as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report's paths, its conclusion and the seconds of each phase (phase_s) as JSON",
+    )
     p.set_defaults(func=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from toolkit._report.build import build_report  # pandas, altair and the rest load when a report is built
+    # pandas, altair and the rest load when a report is built
+    from toolkit._report.build import TIMING_FILE, build_report
 
     index = build_report(
         out_dir=args.out_dir,
@@ -55,7 +61,12 @@ def _cli(args: argparse.Namespace) -> int:
     )
     if args.json:
         summary = (index.parent / "conclusion.txt").read_text(encoding="utf-8").strip()
-        print(json.dumps({"index": str(index), "folder": str(index.parent), "conclusion": summary}))
+        report = {"index": str(index), "folder": str(index.parent), "conclusion": summary}
+        timing = index.parent / TIMING_FILE
+        if timing.is_file():
+            rows = csv.DictReader(timing.read_text(encoding="utf-8").splitlines())
+            report["phase_s"] = {row["phase"]: float(row["seconds"]) for row in rows}
+        print(json.dumps(report))
     else:
         print(index)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,9 @@ class _Run:
     replay_load: dict[str, float] = field(default_factory=dict)
     # the profile passes right before and right after the replay, which its prediction is calibrated on
     replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    # seconds each phase of obtaining the run took (``server``, ``profile``, ``sweep``, ``host``,
+    # ``replay_stretch``, ``replay``), summed over its passes; build_report adds its own phases
+    phase_s: dict[str, float] = field(default_factory=dict)
 
 
 def _recorded_run() -> _Run:
@@ -105,25 +109,39 @@ def _measure_local(out: Path) -> _Run:
     # the host's rates are the best of samples spread over the run (best_of_hosts says why): one before
     # the server starts, one after the first sweep pass and one after the last, each while the server
     # is idle
-    samples = [measure_host()]
+    phase_s: dict[str, float] = {}
+
+    def timed(phase: str, fn: Callable, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phase_s[phase] = phase_s.get(phase, 0.0) + time.perf_counter() - start
+
+    samples = [timed("host", measure_host)]
     label = "llama-server, Gemma-3-270M (this machine)"
+    started = time.perf_counter()
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
+        phase_s["server"] = time.perf_counter() - started
         pid = server.pid
-        passes = [profile(server=server, repeats=1, progress=False)]
+        passes = [timed("profile", profile, server=server, repeats=1, progress=False)]
 
         def between_sweep_passes() -> None:
-            passes.append(profile(server=server, repeats=1, progress=False))
-            samples.append(measure_host())
+            passes.append(timed("profile", profile, server=server, repeats=1, progress=False))
+            samples.append(timed("host", measure_host))
 
+        # the sweep's own time: its passes less the profile passes and host samples run between them
+        before = time.perf_counter() - phase_s["profile"] - phase_s["host"]
         run = _measure(server.base_url, out, LOCAL_SWEEP, label, server_pid=pid, between=between_sweep_passes)
+        phase_s["sweep"] = time.perf_counter() - phase_s["profile"] - phase_s["host"] - before
         profiled = combine_profile_passes(passes)
         host = best_of_hosts(samples)
         swept = host_state.sample(pid)
-        scale, load = held_out_time_scale(profiled, host, max_batch=LOCAL_SWEEP["lanes"])
+        scale, load = timed("replay_stretch", held_out_time_scale, profiled, host, max_batch=LOCAL_SWEEP["lanes"])
         trace = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE, time_scale=scale)
-        run.replay = replay_trace(trace, server=server, progress=False)
+        run.replay = timed("replay", replay_trace, trace, server=server, progress=False)
         replayed = host_state.sample(pid)
-        passes.append(profile(server=server, repeats=1, progress=False))
+        passes.append(timed("profile", profile, server=server, repeats=1, progress=False))
         threads = server.threads
     run.conditions["server"] = (
         f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}, --threads {threads}"
@@ -143,6 +161,7 @@ def _measure_local(out: Path) -> _Run:
     run.profile = combine_profile_passes(passes)
     run.replay_passes = (passes[-2], passes[-1])
     run.others["trace replay"] = host_state.conditions(swept, replayed)["other_cpu_share"]
+    run.phase_s = phase_s
     return run
 
 

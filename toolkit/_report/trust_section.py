@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toolkit._model.validity import peak_running, range_sentence, range_text
 from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
 from toolkit._report.held_out import MODEL, QUANT
@@ -64,6 +65,34 @@ def _parameters(calibration: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _extent(requests: pd.DataFrame | None, batch: float) -> dict[str, float]:
+    """The largest prompt, context (prompt + output) and batch of measured requests, for
+    :func:`toolkit._model.validity.range_sentence`; ``{}`` without requests."""
+    if requests is None or requests.empty:
+        return {}
+    done = requests[requests["outcome"].eq("ok")] if "outcome" in requests.columns else requests
+    return {
+        "prompt_tokens": float(done["prompt_tokens"].max()),
+        "context_tokens": float((done["prompt_tokens"] + done["output_tokens"]).max()),
+        "batch": float(batch),
+    }
+
+
+def range_sentences(calibration: pd.DataFrame, run: _Run) -> tuple[str, str]:
+    """The report's sentences on whether the held-out sweep and the held-out replay lie inside the
+    range the calibration was measured over ('' for one inside it): the sweep's batch is its largest
+    in-flight limit (at most its lanes), the replay's the most requests it had in flight at once (at
+    most the server's slots)."""
+    lanes = LOCAL_SWEEP["lanes"]
+    sweep_batch = min(float(run.lanes["in_flight"].max()), lanes) if run.lanes is not None else 0.0
+    sweep = range_sentence(calibration, "The held-out sweep", **_extent(run.lanes, sweep_batch))
+    requests = getattr(run.replay, "requests", None)
+    if requests is None or not {"sent_s", "end_s"} <= set(requests.columns):
+        return sweep, ""
+    batch = min(peak_running(requests["sent_s"], requests["end_s"]), lanes)
+    return sweep, range_sentence(calibration, "The held-out replay", **_extent(requests, batch))
+
+
 def _outlier_sentence(row: pd.Series) -> str:
     """A sentence naming the cells the fit flags as outliers, or '' when it flags none."""
     cells = str(row.get("outlier_cells") or "")
@@ -93,6 +122,8 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
     check.calibration.to_csv(out / "calibration.csv", index=False)
     params = _parameters(check.calibration)
     row = check.calibration.iloc[0]
+    measured = range_text(check.calibration)
+    sweep_range, replay_range = (html.escape(x) for x in range_sentences(check.calibration, run))
     body += (
         "<p><b>2. The fitted parameters</b>, with standard errors; a parameter that fits to a bound of"
         " its range is held at that bound, and one whose fit standard error exceeds 25% of its value,"
@@ -100,7 +131,13 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         " mfu include the uncertainty of the host's measured bandwidth and matrix rate, of which they"
         " are shares (the spread of its samples over the run); fit_standard_error is the fit's alone."
         f" Condition number {row['condition_number']:.3g}, largest correlation between two fitted"
-        f" parameters {row['max_abs_correlation']:.2f}.{_outlier_sentence(row)}</p>"
+        f" parameters {row['max_abs_correlation']:.2f}.{_outlier_sentence(row)}"
+        + (
+            f" The profile measured {html.escape(measured)}: a prediction above that range extrapolates and says so."
+            if measured
+            else ""
+        )
+        + "</p>"
         + _table_html(params, "Fitted and held parameters", "calibration.csv", open_=True)
     )
     check.cell_fit.to_csv(out / "profile_fit.csv", index=False)
@@ -116,7 +153,7 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
         "<p><b>3. Held-out sweep levels.</b> The calibrated model (the simulator, one request per lane with"
         " the lanes' own token counts) predicts every level of the sweep, none of which the fit saw;"
         f" grey: the default efficiencies. Median |error| over output tokens/s and TPOT:"
-        f" {check.sweep_median_error:.0%}.</p>"
+        f" {check.sweep_median_error:.0%}. {sweep_range}</p>"
         + _chart_html(_panels._accuracy_chart(check.sweep_accuracy), "accuracy", out)
         + _table_html(check.sweep_accuracy, "Every level and metric", "accuracy.csv")
     )
@@ -130,7 +167,7 @@ def _trust_section(check, run: _Run, out: Path) -> _Section:
             f" and E2E {check.replay_median_error:.0%}, {check.replay_median_error_ci95[0]:.0%}-"
             f"{check.replay_median_error_ci95[1]:.0%} with 95% confidence over the requests replayed (the same"
             " requests resampled for the prediction and the measurement; the interval does not hold a drift of"
-            " the server's speed during the replay).</p>"
+            f" the server's speed during the replay). {replay_range}</p>"
             + _table_html(
                 check.replay_accuracy, "Trace replay: predicted against measured", "replay_accuracy.csv", open_=True
             )
