@@ -42,6 +42,14 @@ MODEL = "Llama-3.1-8B"
 GPU = "H100 SXM"
 QUANT = "fp16"
 SERVING = {"model": MODEL, "gpu": GPU, "quant": QUANT}
+# a calibrate() row in its smallest form: the fitted parameters with their standard errors
+CALIBRATION = {
+    "fitted": "mbu,step_overhead_ms",
+    "mbu": 0.6,
+    "mbu_fit_se": 0.03,
+    "step_overhead_ms": 1.0,
+    "step_overhead_ms_fit_se": 0.1,
+}
 # a few finished lanes, shaped like SweepResult.lanes, for calibrate
 LANES = pd.DataFrame(
     {
@@ -194,6 +202,30 @@ SPECS: dict[str, Spec] = {
         examples=10,
     ),
     "scrape_metrics": Spec(needs_server=True),
+    "simulate_intervals": Spec(
+        kwargs={
+            **SERVING,
+            "calibration": CALIBRATION,
+            "draws": 3,
+            "prompt_tokens": 256,
+            "output_tokens": 32,
+            "num_requests": 30,
+            "arrival_rate": 2.0,
+        },
+        examples=5,
+    ),
+    "predict_sweep_intervals": Spec(
+        kwargs={
+            **SERVING,
+            "calibration": CALIBRATION,
+            "draws": 3,
+            "prompt_tokens": 256,
+            "output_tokens": 16,
+            "lanes": 4,
+            "limits": (1, 2),
+        },
+        examples=5,
+    ),
     "session_workload": Spec(kwargs={"num_sessions": 5, "session_rate": 1.0}, examples=10),
     "predict_capacity": Spec(
         kwargs={**SERVING, "slo_ttft_ms": 2000.0, "prompt_tokens": 256, "output_tokens": 32, "rate_high_rps": 64.0},
@@ -281,6 +313,7 @@ NONFINITE_OK: dict[str, tuple[str, ...]] = {
     # SimulationResult: "NaN for a closed loop and for fewer than MIN_GROWTH_REQUESTS measured requests"
     "simulate": ("queue_wait_growth",),
     "simulate_grid": ("queue_wait_growth",),
+    "simulate_intervals": ("queue_wait_growth",),
     # CapacityResult: a percentile counts an unfinished request as infinitely slow, its bounds are -inf/inf
     # where the sample is too small, ``excess`` is NaN for a step that passed; the summary's NaNs above
     **{name: _CAPACITY_NONFINITE for name in ("find_capacity", "predict_capacity")},

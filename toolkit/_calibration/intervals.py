@@ -82,7 +82,8 @@ def _bounds(point: pd.DataFrame, drawn: list[pd.DataFrame], columns: list[str], 
     return out.assign(interval_level=level, interval_draws=len(drawn))
 
 
-def _checked(draws: int, level: float) -> tuple[int, float]:
+def _checked(draws: int, level: float, seed: int) -> tuple[int, float]:
+    check_int("seed", seed, low=0)
     draws = check_int("draws", draws, low=2, high=10_000)
     level = check_number("level", level, low=0, high=1, low_inclusive=False, high_inclusive=False)
     return draws, level
@@ -124,7 +125,7 @@ def simulate_intervals(
         for each ``queue_wait``/``ttft``/``tpot``/``e2e`` mean, p50, p95 and p99 (s; the interval
         always holds the point), ``interval_level`` and ``interval_draws``.
     """
-    draws, level = _checked(draws, level)
+    draws, level = _checked(draws, level, seed)
     point = simulate(model, gpu, quant, calibration=calibration, seed=seed, **simulate_args).summary
     drawn = [
         simulate(model, gpu, quant, calibration=row, seed=seed, **simulate_args).summary
@@ -151,7 +152,7 @@ def predict_sweep_intervals(
     ``calibration``, ``draws``, ``level`` and ``seed`` (of the parameter draws) as for
     :func:`simulate_intervals`; ``**sweep_args`` are :func:`toolkit.predict_sweep`'s other arguments
     (``prompt_tokens``, ``output_tokens``, ``lanes``, ``limits``, ...)."""
-    draws, level = _checked(draws, level)
+    draws, level = _checked(draws, level, seed)
     point = predict_sweep(model, gpu, quant, calibration=calibration, **sweep_args)
     drawn = [
         predict_sweep(model, gpu, quant, calibration=row, **sweep_args)

@@ -1,45 +1,40 @@
 """Capacity planner: the cheapest fleets that serve a request rate under TTFT, TPOT and end-to-end SLOs.
 
-For every model x GPU x weight format x backend x tensor-parallel degree that fits, the planner
-evaluates a grid of per-replica batch limits ``batch`` (the engine's ``max_num_seqs``: powers of two
-up to the cap set by the KV cache, the backend or ``max_batch_grid``, plus the cap itself; 1 for a
-single-stream backend) and, for each, finds the fewest replicas that meet every SLO given. So each
-configuration contributes one row per batch, which is what the Pareto frontier trades along.
+For every model x GPU x weight format x backend x tensor-parallel degree that fits, the planner evaluates a grid of
+per-replica batch limits ``batch`` (the engine's ``max_num_seqs``: powers of two up to the cap set by the KV cache,
+the backend or ``max_batch_grid``, plus the cap itself; 1 for a single-stream backend) and, for each, finds the
+fewest replicas that meet every SLO given. So each configuration contributes one row per batch, which is what the
+Pareto frontier trades along.
 
 The model of one replica (every step time from :class:`toolkit.CostModel`, every wait from
 :func:`toolkit.queue_wait`; no formula for either is re-derived here):
 
-* Each replica is a ``c``-server FIFO queue, ``c = batch`` slots. Requests are spread round robin, so
-  a replica sees every ``replicas``-th arrival of the Poisson stream: Erlang inter-arrival times with
-  ``ca2 = 1 / replicas``. The service-time variance ``cs2`` is the workload preset.
-* Mean service ``S = ttft + output_tokens x tpot``. ``ttft`` is ``CostModel.ttft_ms(prompt,
-  cached = hit_rate x prompt)``. The mean ``tpot`` is one decode step,
-  ``CostModel.step_ms(n, n x (prompt + output / 2))``, at the batch ``n`` a request sees: itself plus
-  the mean number of others in service, ``n = min(c, 1 + lambda_r x S)`` (the M/G/inf count an
-  arrival sees), solved by fixed-point iteration from ``n = c``, each iterate an upper bound. With
-  more than one slot, other requests' prefills pause decoding: steps stretch by ``1 / (1 - f)``,
-  ``f = lambda_r x prefill`` the share of time spent prefilling (vLLM without chunked prefill; an
-  upper bound when prefill chunks ride along decode steps, as the simulator schedules them).
+* Each replica is a ``c``-server FIFO queue, ``c = batch`` slots. Requests are spread round robin, so a replica sees
+  every ``replicas``-th arrival of the Poisson stream: Erlang inter-arrival times with ``ca2 = 1 / replicas``. The
+  service-time variance ``cs2`` is the workload preset.
+* Mean service ``S = ttft + output_tokens x tpot``. ``ttft`` is ``CostModel.ttft_ms(prompt, cached = hit_rate x
+  prompt)``. The mean ``tpot`` is one decode step, ``CostModel.step_ms(n, n x (prompt + output / 2))``, at the batch
+  ``n`` a request sees: itself plus the mean number of others in service, ``n = min(c, 1 + lambda_r x S)`` (the
+  M/G/inf count an arrival sees), solved by fixed-point iteration from ``n = c``, each iterate an upper bound. With
+  more than one slot, other requests' prefills pause decoding: steps stretch by ``1 / (1 - f)``, ``f = lambda_r x
+  prefill`` the share of time spent prefilling (vLLM without chunked prefill; an upper bound when prefill chunks
+  ride along decode steps, as the simulator schedules them).
 * Stable when ``rho = lambda_r x S / c < 1`` (and ``f < 1``); ``utilization`` is that ``rho``.
-* Latency columns are at the SLO ``percentile`` ``p``: ``ttft_ms`` = the p-quantile queue wait +
-  ``ttft``; ``tpot_ms`` = the decode step at the p-quantile batch (``1 +`` the Poisson p-quantile of
-  the others in service, capped at ``c``) plus the p-quantile number of other prefills (Poisson with
-  mean ``lambda_r x`` decode time) spread over the output tokens; ``e2e_p{pct}_ms`` =
-  ``ttft_ms + q x output_tokens x tpot_ms`` with ``q`` the p-quantile of a request's length over
-  its mean (gamma with the workload's ``cs2``: 1 for steady, ``-ln(1 - p)`` for chatbot). Adding
-  quantiles errs high: against :func:`toolkit.simulate`, within ~20% for fixed-length requests and
-  up to ~50% high for exponential lengths (tests/test_planner.py).
+* Latency columns are at the SLO ``percentile`` ``p``: ``ttft_ms`` = the p-quantile queue wait + ``ttft``;
+  ``tpot_ms`` = the decode step at the p-quantile batch (``1 +`` the Poisson p-quantile of the others in service,
+  capped at ``c``) plus the p-quantile number of other prefills (Poisson with mean ``lambda_r x`` decode time)
+  spread over the output tokens; ``e2e_p{pct}_ms`` = ``ttft_ms + q x output_tokens x tpot_ms`` with ``q`` the
+  p-quantile of a request's length over its mean (gamma with the workload's ``cs2``: 1 for steady, ``-ln(1 - p)``
+  for chatbot). Adding quantiles errs high: against :func:`toolkit.simulate`, within ~20% for fixed-length requests
+  and up to ~50% high for exponential lengths (tests/test_planner.py).
 
-Replicas are found by a vectorised galloping search over ``1..max_replicas`` (every check is monotone in
-the per-replica load); batch, replicas and every latency are numpy array math over all candidates
-at once, each distinct (configuration, batch) searched once for all the backends that share it. The
-candidate grid itself is array math too: every catalog row is resolved and validated once, and the
-cost model's formulas (:mod:`toolkit._model.terms`, the ones :class:`CostModel` evaluates) run over
-all model x GPU x format x tensor-parallel configurations at once, for their KV-bound batch caps, their
-TTFT and their decode step over batch 0..cap (each element computed where a plan first reads it); the
-grid for a given set of specs and request shape is cached across calls. Queue waits come from the array core of :func:`toolkit.queue_wait` (the same
-formula, no DataFrame per call).
-"""
+Replicas are found by a vectorised galloping search over ``1..max_replicas`` (every check is monotone in the
+per-replica load); batch, replicas and every latency are numpy array math over all candidates at once, each distinct
+(configuration, batch) searched once for all the backends that share it. The candidate grid itself is array math
+too: every catalog row is resolved and validated once, and the cost model's formulas (:mod:`toolkit._model.terms`,
+the ones :class:`CostModel` evaluates) run over all model x GPU x format x tensor-parallel configurations at once,
+for their KV-bound batch caps, their TTFT and their decode step over batch 0..cap (each element computed where a
+plan first reads it), cached across calls per specs and request shape; waits from :func:`toolkit.queue_wait`'s core."""
 
 from __future__ import annotations
 
@@ -206,7 +201,7 @@ def plan(
     try:
         import pandas as pd  # not at the top: the command line prints the columns without pandas
 
-        from toolkit._model.validity import candidate_flags
+        from toolkit._model.validity import candidate_flags  # loads pandas too
 
         texts = {name: _text(*column) for name, column in columns.items() if isinstance(column, tuple)}
         table = pd.DataFrame({name: texts.get(name, column) for name, column in columns.items()}, copy=False)
@@ -273,7 +268,6 @@ def _plan_columns(
         if budget_usd_month is None
         else check_number("budget_usd_month", budget_usd_month, low=0, low_inclusive=False)
     )
-
     check_progress(progress)
     frozen = lambda *args: tuple(_freeze(spec) for spec in _specs(*args))
     specs = (
