@@ -145,13 +145,31 @@ def predict_sweep_intervals(
     seed: int = 0,
     **sweep_args: object,
 ) -> pd.DataFrame:
-    """:func:`toolkit.predict_sweep`'s levels with a predictive interval for ``wall_s``,
-    ``dec_tok_s``, ``ttft_p50_ms`` and ``tpot_p50_ms`` (``<column>_low``, ``<column>_high``, same
-    units; the interval always holds the point), ``interval_level`` and ``interval_draws``.
+    """:func:`toolkit.predict_sweep`'s levels with a predictive interval for each swept figure.
 
-    ``calibration``, ``draws``, ``level`` and ``seed`` (of the parameter draws) as for
-    :func:`simulate_intervals`; ``**sweep_args`` are :func:`toolkit.predict_sweep`'s other arguments
-    (``prompt_tokens``, ``output_tokens``, ``lanes``, ``limits``, ...)."""
+    Parameters
+    ----------
+    model, gpu, quant : str or spec
+        As for :func:`toolkit.predict_sweep`.
+    calibration : DataFrame, Series or dict
+        The row of :func:`toolkit.calibrate` (its ``fitted`` parameters and their ``*_fit_se``).
+    draws : int
+        Parameter sets drawn (2 to 10,000; default 20, module docstring).
+    level : float
+        The interval's coverage, in (0, 1) (default 0.9).
+    seed : int
+        Seed of the parameter draws (>= 0).
+    **sweep_args
+        :func:`toolkit.predict_sweep`'s other arguments (``prompt_tokens``, ``output_tokens``,
+        ``lanes``, ``limits``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`toolkit.predict_sweep`'s levels plus ``<column>_low`` and ``<column>_high`` for
+        ``wall_s``, ``dec_tok_s``, ``ttft_p50_ms`` and ``tpot_p50_ms`` (same units; the interval
+        always holds the point), ``interval_level`` and ``interval_draws``.
+    """
     draws, level = _checked(draws, level, seed)
     point = predict_sweep(model, gpu, quant, calibration=calibration, **sweep_args)
     drawn = [
