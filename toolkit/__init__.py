@@ -86,6 +86,8 @@ _EXPORTS: dict[str, str] = {
     "find_capacity": "_capacity.measure",
     "predict_capacity": "_capacity.predict",
     "CapacityResult": "_capacity.result",
+    # other tools' runs
+    "read_run": "_interop.read",
 }
 
 __all__ = sorted(_EXPORTS)
