@@ -88,6 +88,8 @@ _EXPORTS: dict[str, str] = {
     "CapacityResult": "_capacity.result",
     # other tools' runs
     "read_run": "_interop.read",
+    "compare_runs": "_interop.compare",
+    "RunComparison": "_interop.compare",
 }
 
 __all__ = sorted(_EXPORTS)
