@@ -104,3 +104,24 @@ def test_bad_arguments_name_themselves(kwargs, match):
         compare_runs(_run([1.0, 2.0]), _run([1.0, 2.0]), **kwargs)
     with pytest.raises(ValueError, match="a must be"):
         compare_runs(3, _run([1.0]))
+
+
+def test_cli_compare_prints_conditions_then_flags_and_exits_2_on_a_bad_path(tmp_path, capsys):
+    from pathlib import Path
+
+    from toolkit.__main__ import main
+
+    data = Path(__file__).parent / "data"
+    out = tmp_path / "diff.csv"
+    assert (
+        main(["compare", str(data / "toolkit_sweep"), str(data / "aiperf"), "--resamples", "200", "--csv", str(out)])
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert text.startswith("Conditions that differ:\n")
+    assert "  format: toolkit-sweep -> aiperf" in text
+    assert "level only in run a: in_flight 1" in text
+    assert set(pd.read_csv(out)["in_flight"]) == {2}
+    assert main(["compare", str(data / "toolkit_sweep"), str(tmp_path / "absent.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: path: no such file") and err.count("\n") == 1

@@ -81,8 +81,8 @@ def _conditions(doc: dict[str, Any], tool: str, version: str) -> dict[str, Any]:
         "model": ", ".join(map(str, models)) if isinstance(models, list) else models,
         "tool": tool,
         "tool_version": version,
-        "workload": {k: config[k] for k in ("phases", "loadgen", "input", "datasets") if k in config},
-        "engine": endpoint.get("type"),
+        "workload": {k: config[k] for k in ("phases", "loadgen", "input", "datasets") if k in config}
+        | ({"endpoint": endpoint.get("type")} if endpoint.get("type") else {}),
     }
 
 
