@@ -142,7 +142,10 @@ def test_guidellm_report_one_level_per_benchmark_json_and_yaml(tmp_path):
             },
         }
 
-    doc = {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "benchmarks": [bench(4, 80.0, 900), bench(1, 50.0, 700)]}
+    doc = {
+        "metadata": {"version": 2, "guidellm_version": "0.8.1"},
+        "benchmarks": [bench(4, 80.0, 900), bench(1, 50.0, 700)],
+    }
     for name, text in (("b.json", json.dumps(doc)), ("b.yaml", yaml.safe_dump(doc))):
         path = tmp_path / name
         path.write_text(text)

@@ -1,9 +1,9 @@
-"""Two runs side by side: what changed between them, and which differences exceed the runs' own noise.
+"""A pair of runs side by side: what changed between them, and which differences exceed the runs' own noise.
 
 Each metric's difference (b - a) at each level gets a confidence interval from the runs' own spread:
 
 - with per-request records on both sides, a bootstrap over requests (:func:`scipy.stats.bootstrap`,
-  percentile method, the two runs resampled independently); ITL pools the gaps of the resampled
+  percentile method, the a pair of runs resampled independently); ITL pools the gaps of the resampled
   requests, so a request's gaps move together;
 - else, with two or more repeats on both sides, Welch's t interval over the repeats' values;
 - the success rate's difference: the Agresti-Caffo interval (one success and one failure added to each
@@ -11,7 +11,7 @@ Each metric's difference (b - a) at each level gets a confidence interval from t
 - else no interval (NaN) and ``method`` says why.
 
 A difference is flagged (``beyond_noise``) when its interval excludes zero. At ``confidence`` 0.95
-each metric of each level is flagged by chance in about 5% of comparisons of two runs drawn from one
+each metric of each level is flagged by chance in about 5% of comparisons of a pair of runs drawn from one
 distribution; with a dozen metrics per level, expect one chance flag in every two levels compared,
 so read a flag together with its size and the conditions that differ.
 """
@@ -86,7 +86,7 @@ def compare_runs(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> RunComparison:
-    """Compare two runs level by level, with an interval for each difference from the runs' own noise.
+    """Compare a pair of runs level by level, with an interval for each difference from the runs' own noise.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Confidence intervals for the difference of two runs' metrics (b - a); :mod:`toolkit._interop.compare`
+"""Confidence intervals for the difference of a pair of runs' metrics (b - a); :mod:`toolkit._interop.compare`
 says when each is used."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def read(folder: Path) -> SweepResult:
     if (folder / RUN_FILE).is_file():
         run = json.loads(read_user_text("path", folder / RUN_FILE, max_bytes=MAX_BYTES))
     params = run.get("params", {}) if isinstance(run, dict) else {}
-    env = run.get("environment", {}) if isinstance(run, dict) else {}
+    env = params.get("environment") or {}  # recorded since the sweep writes its environment
     conditions = {
         "model": params.get("model"),
         "tool": "toolkit sweep",
