@@ -90,6 +90,7 @@ _EXPORTS: dict[str, str] = {
     "read_run": "_interop.read",
     "compare_runs": "_interop.compare",
     "RunComparison": "_interop.compare",
+    "launch_config": "_interop.launch",
 }
 
 __all__ = sorted(_EXPORTS)

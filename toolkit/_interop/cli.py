@@ -34,6 +34,40 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="print every level metric, not only the flagged ones")
     p.add_argument("--csv", type=Path, help="also write every level metric to this CSV file")
     p.set_defaults(func=_cli)
+    _extend_plan(subparsers)
+
+
+def _extend_plan(subparsers: argparse._SubParsersAction) -> None:
+    """Give ``plan`` the ``--launch ENGINE`` option: the cheapest plan meeting the SLOs as that engine's
+    launch command (or, with ``--launch-kubernetes``, its Deployment) instead of the table."""
+    plan = subparsers.choices.get("plan")
+    if plan is None:
+        return
+    plan.add_argument(
+        "--launch",
+        choices=("vllm", "sglang", "llamacpp"),
+        help="print the cheapest plan meeting the SLOs as this engine's launch command (restrict --backend to it)",
+    )
+    plan.add_argument(
+        "--launch-kubernetes", action="store_true", help="with --launch: a Kubernetes Deployment (YAML) instead"
+    )
+    table_func = plan.get_default("func")
+
+    def func(args: argparse.Namespace) -> int:
+        if not args.launch:
+            return table_func(args)
+        from toolkit._interop.launch import launch_config
+        from toolkit._planning.cli import _question
+        from toolkit._planning.planner import plan as make_plan
+
+        table = make_plan(**_question(args))
+        table = table[table["meets_slo"] & (table["backend"] == args.launch)]
+        if table.empty:
+            raise ValueError(f"no plan served by {args.launch} meets the SLOs (see the table without --launch)")
+        print(launch_config(table.iloc[0], engine=args.launch, kubernetes=args.launch_kubernetes), end="\n")
+        return 0
+
+    plan.set_defaults(func=func)
 
 
 def _cli(args: argparse.Namespace) -> int:
