@@ -2,16 +2,18 @@
 
 Each metric's difference (b - a) at each level gets a confidence interval from the runs' own spread:
 
-- with per-request records on both sides, a bootstrap over requests (:func:`scipy.stats.bootstrap`,
-  percentile method, the a pair of runs resampled independently); ITL pools the gaps of the resampled
-  requests, so a request's gaps move together;
-- else, with two or more repeats on both sides, Welch's t interval over the repeats' values;
+- with two or more repeats on both sides, Welch's t interval over the repeats' values: it sees what
+  moves between repeats (other load on the host, the server's state), which the requests of one run
+  cannot;
+- else, with per-request records on both sides, a bootstrap over requests (:func:`scipy.stats.bootstrap`,
+  percentile method, each run resampled on its own); ITL pools the gaps of the resampled requests,
+  so a request's gaps move together;
 - the success rate's difference: the Agresti-Caffo interval (one success and one failure added to each
   run), which keeps its coverage when both rates are near 1;
 - else no interval (NaN) and ``method`` says why.
 
 A difference is flagged (``beyond_noise``) when its interval excludes zero. At ``confidence`` 0.95
-each metric of each level is flagged by chance in about 5% of comparisons of a pair of runs drawn from one
+each metric of each level is flagged by chance in about 5% of comparisons of runs drawn from one
 distribution; with a dozen metrics per level, expect one chance flag in every two levels compared,
 so read a flag together with its size and the conditions that differ.
 """
@@ -185,11 +187,11 @@ def _level_rows(runs, la, lb, *, key, confidence, n_resamples, rng) -> list[dict
     for stem in _LATENCIES:
         for p in _PERCENTILES:
             column = f"{stem}_p{p}_ms"
-            if all(len(x) >= 2 for x in lanes):
+            if all(len(r) >= 2 for r in repeats) or not all(len(x) >= 2 for x in lanes):
+                (low, high, method), ns = welch(repeats, column, confidence), [len(r) for r in repeats]
+            else:
                 low, high = bootstrap_difference(lanes, stem, p, confidence, n_resamples, rng)
                 method, ns = "bootstrap over requests", [len(x) for x in lanes]
-            else:
-                (low, high, method), ns = welch(repeats, column, confidence), [len(r) for r in repeats]
             add(column, la[column], lb[column], low, high, method, *ns)
     ok = [float(level["lanes_ok"]) for level in (la, lb)]
     failed = [float(level["lanes_failed"]) if not _nan(level["lanes_failed"]) else NAN for level in (la, lb)]
