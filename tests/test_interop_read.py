@@ -179,3 +179,15 @@ def test_a_missing_path_or_an_empty_folder_is_a_value_error(tmp_path):
         read_run(tmp_path)
     with pytest.raises(ValueError, match="path must be"):
         read_run(3)
+
+
+def test_a_run_read_with_its_requests_calibrates_like_a_local_sweep():
+    import warnings
+
+    from toolkit import calibrate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fit's notes on a run this small
+        fit = calibrate(read_run(DATA / "aiperf"), "Llama-3.1-8B", "H100 SXM", "fp16")
+    # every one of the 24 answers gives a TTFT and a TPOT to fit
+    assert (fit.loc[0, "n_ttft"], fit.loc[0, "n_tpot"]) == (24, 24)
