@@ -191,3 +191,22 @@ def test_a_run_read_with_its_requests_calibrates_like_a_local_sweep():
         fit = calibrate(read_run(DATA / "aiperf"), "Llama-3.1-8B", "H100 SXM", "fp16")
     # every one of the 24 answers gives a TTFT and a TPOT to fit
     assert (fit.loc[0, "n_ttft"], fit.loc[0, "n_tpot"]) == (24, 24)
+
+
+@pytest.mark.parametrize("name", ["benchmarks.json", "benchmarks.yaml"])
+def test_guidellm_report_matches_what_guidellm_printed(name):
+    # tests/data/guidellm/console.txt, printed by `guidellm run` for this run: 12 requests
+    # (request_totals), "Output Tok Per Req Mdn 32.0 p95 32.0" (12 x 32 = 384), "TTFT ms Mdn 247.9"
+    run = read_run(DATA / "guidellm" / name)
+    level = run.levels.iloc[0]
+    assert run.levels.attrs["version"] == "report v2, guidellm 0.8.1"
+    assert level["in_flight"] == 2 and len(run.lanes) == 12 and level["lanes_ok"] == 12
+    assert level["output_tokens"] == 384
+    assert run.levels.attrs["summary"]["benchmarks"][0]["median_ttft_ms"] == pytest.approx(247.9, abs=0.05)
+    # GuideLLM's median is the higher middle order statistic of the records; the level interpolates
+    # between the two middle ones, as the sweep does
+    doc = json.loads((DATA / "guidellm" / "benchmarks.json").read_text())
+    ttfts = [r["time_to_first_token_ms"] for r in doc["benchmarks"][0]["requests"]["successful"]]
+    assert float(np.percentile(ttfts, 50, method="higher")) == pytest.approx(247.9, abs=0.05)
+    assert level["ttft_p50_ms"] == pytest.approx(float(np.median(ttfts)))
+    assert np.percentile(ttfts, 50, method="lower") <= level["ttft_p50_ms"] <= 247.95
