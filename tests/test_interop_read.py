@@ -210,3 +210,29 @@ def test_guidellm_report_matches_what_guidellm_printed(name):
     assert float(np.percentile(ttfts, 50, method="higher")) == pytest.approx(247.9, abs=0.05)
     assert level["ttft_p50_ms"] == pytest.approx(float(np.median(ttfts)))
     assert np.percentile(ttfts, 50, method="lower") <= level["ttft_p50_ms"] <= 247.95
+
+
+def test_vllm_detailed_result_matches_what_vllm_printed():
+    # tests/data/vllm/console_detailed.txt: "Successful requests: 14", "Failed requests: 2",
+    # "Total generated tokens: 448", "Median TTFT (ms): 243.21", "Median TPOT (ms): 49.91",
+    # "Median ITL (ms): 43.61"; the reader computes them from the per-request lists
+    run = read_run(DATA / "vllm" / "result_detailed.json")
+    level = run.levels.iloc[0]
+    assert run.levels.attrs["format"] == "vllm-bench-serve" and run.levels.attrs["version"] == "detailed"
+    assert (level["lanes_ok"], level["lanes_failed"], level["output_tokens"]) == (14, 2, 448)
+    assert level["ttft_p50_ms"] == pytest.approx(243.21, abs=0.005)
+    assert level["tpot_p50_ms"] == pytest.approx(49.91, abs=0.005)
+    assert level["itl_p50_ms"] == pytest.approx(43.61, abs=0.005)
+    assert level["in_flight"] == 2
+    failed = run.lanes[run.lanes["outcome"] == "error"]
+    assert len(failed) == 2 and failed["error"].str.contains("ServerDisconnectedError").all()
+    assert failed["output_tokens"].isna().all()  # a failed request's zero is not a count
+
+
+def test_vllm_summary_result_matches_what_vllm_printed():
+    # tests/data/vllm/console_summary.txt: 13 successful, 3 failed, 416 generated tokens,
+    # "Median TTFT (ms): 83.25"; E2E was not among --percentile-metrics: NaN with a reason
+    level = read_run(DATA / "vllm" / "result_summary.json").levels.iloc[0]
+    assert (level["lanes_ok"], level["lanes_failed"], level["output_tokens"]) == (13, 3, 416)
+    assert level["ttft_p50_ms"] == pytest.approx(83.25, abs=0.005)
+    assert math.isnan(level["e2e_p50_ms"]) and "e2e_p50_ms" in level["reason"]

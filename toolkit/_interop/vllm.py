@@ -83,8 +83,9 @@ def _records(doc: dict[str, Any], *, in_flight: float, rate_rps: float) -> list[
             "status_code": NAN,
             "start_s": starts[i] - t0,
         }
-        if error:
-            rec.update(outcome="error", error=error[:300])
+        if error:  # vLLM keeps the whole traceback: its last line names the exception
+            last = [line for line in error.strip().splitlines() if line.strip()][-1:] or [error]
+            rec.update(outcome="error", error=last[0].strip()[:300])
         else:
             e2e = 1000 * number(latencies[i])
             if math.isnan(e2e) and isinstance(itls[i], list):  # releases before "latencies"
