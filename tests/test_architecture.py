@@ -220,7 +220,7 @@ def test_no_date_clock_time_or_run_count_in_comments_and_docstrings():
 # ground floor holds the argument checks, the file reader, shared statistics, the progress bar, the
 # package data and the vocabulary every layer shares.
 LAYERS = (
-    {"_args", "_files", "_stats", "_progress", "_data", "_vocab"},
+    {"_args", "_files", "_stats", "_progress", "_data", "_vocab", "_environment"},
     {"_model"},
     {"_queueing"},
     {"_workload"},
@@ -228,7 +228,7 @@ LAYERS = (
     {"_planning"},
     {"_calibration"},
     {"_sweep"},
-    {"_capacity"},
+    {"_capacity", "_interop"},
     {"_validation"},
     {"_report"},
     {"__main__"},

@@ -94,6 +94,11 @@ _EXPORTS: dict[str, str] = {
     "find_capacity": "_capacity.measure",
     "predict_capacity": "_capacity.predict",
     "CapacityResult": "_capacity.result",
+    # other tools' runs
+    "read_run": "_interop.read",
+    "compare_runs": "_interop.compare",
+    "RunComparison": "_interop.compare",
+    "launch_config": "_interop.launch",
 }
 
 __all__ = sorted(_EXPORTS)

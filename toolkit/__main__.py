@@ -1,4 +1,4 @@
-"""Command line: ``python -m toolkit {plan,sweep,report,capacity} ...``.
+"""Command line: ``python -m toolkit {plan,sweep,report,capacity,compare} ...``.
 
 A user error (a bad argument, a missing file, a server that does not answer) ends in one line on
 stderr and exit status 2, never a traceback; a warning is one line on stderr too; output piped into a
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # each subcommand's module loads here, so that ``import toolkit`` itself stays light
     from toolkit import __version__
     from toolkit._capacity import cli as _capacity
+    from toolkit._interop import cli as _interop
     from toolkit._planning import cli as _planner
     from toolkit._report import cli as _report
     from toolkit._sweep import cli as _sweep_cli
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m toolkit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (_planner, _sweep_cli, _report, _capacity):
+    for module in (_planner, _sweep_cli, _report, _capacity, _interop):
         module.add_cli(sub)
     args = parser.parse_args(argv)
     try:

@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from toolkit._environment import environment
 from toolkit._sweep.lanes import Lane
 from toolkit._sweep.plan import _Plan
 from toolkit._sweep.probe import _probe
@@ -194,6 +195,10 @@ async def sweep(
         )
         if plan.model is None:
             plan.model = plan.params["model"] = models[0]
+        # recorded in run.json beside the fingerprint (a resume checks only the fingerprint's keys)
+        plan.params["environment"] = await environment(
+            client, plan.root, plan.auth, timeout_s=min(2.0, (deadline_at - time.monotonic()) / 10)
+        )
         return await _Runner(plan, client, deadline_at).run()
 
 
