@@ -26,6 +26,7 @@ import re
 import resource
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,8 @@ MODEL = "Llama-3.1-8B"
 GPU = "H100 SXM"
 QUANT = "fp16"
 SERVING = {"model": MODEL, "gpu": GPU, "quant": QUANT}
+# a sweep folder the toolkit wrote (tests/data/toolkit_sweep/README.md)
+SWEEP_FOLDER = Path(__file__).parent / "data" / "toolkit_sweep"
 # a calibrate() row in its smallest form: the fitted parameters with their standard errors
 CALIBRATION = {
     "fitted": "mbu,step_overhead_ms",
@@ -226,6 +229,24 @@ SPECS: dict[str, Spec] = {
         },
         examples=5,
     ),
+    "compare_runs": Spec(
+        kwargs={"a": str(SWEEP_FOLDER), "b": str(SWEEP_FOLDER), "n_resamples": 100}, numeric={}, examples=5
+    ),
+    "launch_config": Spec(
+        kwargs={
+            "plan_row": {
+                "model": MODEL,
+                "gpu": GPU,
+                "quant": "bf16",
+                "backend": "vllm",
+                "tensor_parallel": 1,
+                "batch": 64,
+                "replicas": 1,
+            },
+            "engine": "vllm",
+        },
+        examples=10,
+    ),
     "session_workload": Spec(kwargs={"num_sessions": 5, "session_rate": 1.0}, examples=10),
     "predict_capacity": Spec(
         kwargs={**SERVING, "slo_ttft_ms": 2000.0, "prompt_tokens": 256, "output_tokens": 32, "rate_high_rps": 64.0},
@@ -290,6 +311,8 @@ NOT_NUMERIC: dict[str, str] = {
     "decomposition_note": "takes a DataFrame",
     "notebook_levels": "takes a URL, a model name and a folder",
     "WorkloadDescription": "a result record returned by describe_workload",
+    "read_run": "takes a path; an unrecognised or partial file is a ValueError or NaN with a reason (test_interop_read)",
+    "RunComparison": "a result record returned by compare_runs",
     "CapacityResult": "a result record returned by find_capacity and predict_capacity",
     "notebook_setup": "takes a renderer name; a bad one is a ValueError (test_notebook_setup_refuses_an_unknown_renderer)",
 }
@@ -314,6 +337,8 @@ NONFINITE_OK: dict[str, tuple[str, ...]] = {
     "simulate": ("queue_wait_growth",),
     "simulate_grid": ("queue_wait_growth",),
     "simulate_intervals": ("queue_wait_growth",),
+    # RunComparison.metrics: a run's levels are set by in-flight or by rate, the other NaN; no interval: NaN
+    "compare_runs": ("in_flight", "rate_rps", "a", "b", "diff", "ci_low", "ci_high"),
     # CapacityResult: a percentile counts an unfinished request as infinitely slow, its bounds are -inf/inf
     # where the sample is too small, ``excess`` is NaN for a step that passed; the summary's NaNs above
     **{name: _CAPACITY_NONFINITE for name in ("find_capacity", "predict_capacity")},

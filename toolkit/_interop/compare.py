@@ -51,9 +51,10 @@ class RunComparison:
         The conditions that differ between the runs, first: ``condition``, ``a``, ``b`` (text;
         ``(not recorded)`` where a run does not say).
     metrics : pandas.DataFrame
-        One row per matched level and metric: ``in_flight``, ``rate_rps``, ``metric``, ``a``, ``b``,
-        ``diff`` (b - a, the metric's unit), ``ci_low``, ``ci_high``, ``beyond_noise`` (the interval
-        excludes zero), ``method`` (how the interval was found, or why there is none), ``n_a``, ``n_b``.
+        One row per matched level and metric: ``in_flight``, ``rate_rps`` (NaN where a run's levels are
+        set by the other), ``metric``, ``a``, ``b``, ``diff`` (b - a, the metric's unit), ``ci_low``,
+        ``ci_high`` (NaN where there is no interval), ``beyond_noise`` (the interval excludes zero),
+        ``method`` (how the interval was found, or why there is none), ``n_a``, ``n_b``.
     unmatched : pandas.DataFrame
         Levels present in only one run: ``run`` (a or b), ``in_flight``, ``rate_rps``.
     """
@@ -116,6 +117,7 @@ def compare_runs(
     """
     confidence = check_number("confidence", confidence, low=0.5, high=0.999)
     n_resamples = check_int("n_resamples", n_resamples, low=100, high=100_000)
+    seed = check_int("seed", seed, low=0)
     runs = [_as_run(x, name) for x, name in ((a, "a"), (b, "b"))]
     key = "in_flight" if all(r.levels["in_flight"].notna().all() for r in runs) else "rate_rps"
     rng = np.random.default_rng(seed)
