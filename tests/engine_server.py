@@ -8,7 +8,9 @@ tokens in total), and takes ``a_ms + b_ms * n + c_ms * K + e_ms * P``. A prefill
 its first token at the end of its step, a running one its next token. A prompt alone therefore
 waits ``d = request_ms + a_ms`` plus ``e_ms`` per prompt token for its first token. ``extra_ms``
 (none by default), a function of the number of sequences decoding, adds its value to each step: a
-server whose step time does not follow the cost model's shape.
+server whose step time does not follow the cost model's shape. ``step_fn`` (none by default), a
+function of ``(n, K, P, prompts)``, replaces the whole ``a + b n + c K + e P`` when given: a server
+whose every step takes what a known cost model says (``CostModel.step_ms(n, K, P, 0, prompts)``).
 
 Step ends follow an absolute schedule (each end is the previous end plus the step's duration), so the
 event loop's wake-up delays do not accumulate into the measured TPOT. A prompt costs one token per
@@ -48,10 +50,12 @@ class EngineServer(StreamingServer):
         e_ms: float,
         request_ms: float,
         extra_ms: Callable[[int], float] | None = None,
+        step_fn: Callable[[int, int, int, int], float] | None = None,
     ) -> None:
         super().__init__(metrics=False)
         self.a_ms, self.b_ms, self.c_ms, self.e_ms = a_ms, b_ms, c_ms, e_ms
         self.extra_ms = extra_ms
+        self.step_fn = step_fn
         self.request_ms = request_ms
         self._waiting: list[_Sequence] = []
         self._running: list[_Sequence] = []
@@ -69,9 +73,13 @@ class EngineServer(StreamingServer):
                 end = loop.time()
             new, self._waiting = self._waiting, []
             held = sum(s.prompt + s.generated for s in self._running)
-            step_ms = self.a_ms + self.b_ms * len(self._running) + self.c_ms * held
-            step_ms += self.extra_ms(len(self._running)) if self.extra_ms else 0.0
-            end += (step_ms + self.e_ms * sum(s.prompt for s in new)) / 1e3
+            prefill = sum(s.prompt for s in new)
+            if self.step_fn is not None:
+                step_ms = self.step_fn(len(self._running), held, prefill, len(new))
+            else:
+                step_ms = self.a_ms + self.b_ms * len(self._running) + self.c_ms * held + self.e_ms * prefill
+                step_ms += self.extra_ms(len(self._running)) if self.extra_ms else 0.0
+            end += step_ms / 1e3
             # the loop's timers wake to the millisecond (epoll), which would alternate long and short
             # steps; the last 2 ms are slept in the thread, to the microsecond
             await asyncio.sleep(max(0.0, end - loop.time() - 0.002))

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 import toolkit as tk
-from toolkit._calibration.fit import predict_ms, prefill_chunks
+from toolkit._calibration.fit import predict_ms
 from toolkit._calibration.observations import observations
+from toolkit._calibration.step_model import prefill_chunks
 from toolkit._sweep.llama_server import SCHEDULING
 
 BREAKS = (4, 516)

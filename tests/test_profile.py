@@ -90,7 +90,8 @@ def _read_back(cm) -> dict:
 
 def _small_profile(server: EngineServer, **overrides):
     """A quick profile: short prompts, few tokens, one repeat unless overridden."""
-    design = {"repeats": 1, "context_tokens": (8, 16), "prompt_tokens": (8, 16, 24), "batch_sizes": (1, 2, 3)}
+    design = {"repeats": 1, "context_tokens": (8, 16), "prompt_tokens": (8, 16, 24), "batch_sizes": (1, 2, 3),
+              "mixed_prompt_tokens": ()}  # fmt: skip
     return tk.profile(server.base_url, "test-model", **{**design, "output_tokens": 4, "progress": False, **overrides})
 
 
@@ -119,6 +120,7 @@ def _profile(server: EngineServer):
         context_tokens=(64, 2048),
         prompt_tokens=(64, 192, 384),
         batch_sizes=(1, 2, 4, 8),
+        mixed_prompt_tokens=(),
         output_tokens=16,
         progress=False,
     )

@@ -197,7 +197,7 @@ def test_a_server_the_model_cannot_express_is_named_by_its_own_profile_cells():
     server_ms = _coefficients(2e5, 1.005e8, TRUE["step_overhead_ms"], TRUE["request_overhead_ms"], 1.0)
     with EngineServer(**server_ms, extra_ms=lambda n: 60.0 if n == 2 else 0.0) as server:
         frame = tk.profile(server.base_url, "test-model", repeats=2, context_tokens=(16, 64), prompt_tokens=(16, 48, 96),
-                           batch_sizes=(1, 2, 4), output_tokens=8, progress=False)  # fmt: skip
+                           batch_sizes=(1, 2, 4), mixed_prompt_tokens=(), output_tokens=8, progress=False)  # fmt: skip
     cells = cell_fit(frame, tk.calibrate(frame, MODEL, DEVICE, QUANT), model=MODEL, gpu=DEVICE, quant=QUANT)
     measured = cells.set_index(["cell", "batch"])["measured_ms"]
     # the server's own steps, by hand: two sequences take 60 ms more than four, less two b
@@ -218,16 +218,20 @@ def test_profile_of_the_real_llama_server(llama_server):
         context_tokens=(48, 160),
         prompt_tokens=(48, 96, 144),
         batch_sizes=(1, 2, 3),
+        mixed_prompt_tokens=(96,),
+        mixed_batch_sizes=(2,),
         output_tokens=6,
         progress=False,
         extra_body={"temperature": 0.0},
     )
     after = tk.scrape_metrics(llama_server.metrics_url).set_index("name")["value"]
     assert frame["outcome"].eq("ok").all()
-    # two repeats of 2 decode + 2 batch (2 and 3 streams) + 3 prefill cells
-    assert len(frame) == 2 * (2 + 2 + 3 + 3)
-    # /tokenize sizes every prompt exactly; ignore_eos holds every output to its target
-    assert (frame["prompt_tokens"] == frame["prompt_tokens_target"]).all()
+    # two repeats of 2 decode + 2 batch (2 and 3 streams) + 3 prefill cells + 1 mixed (2 streams, 1 prompt)
+    assert len(frame) == 2 * (2 + 2 + 3 + 3 + 3)
+    # /tokenize sizes every prompt exactly (a mixed cell's streams have the first context's); ignore_eos
+    # holds every output to its target
+    streams = frame["cell"].eq("mixed") & frame["role"].eq("stream")
+    assert (frame["prompt_tokens"] == frame["prompt_tokens_target"].where(~streams, 48)).all()
     assert (frame["output_tokens"] == frame["output_tokens_target"]).all()
     # the server's own counter: every profiled output token plus the 2 calibration requests' one each
     predicted = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
@@ -241,7 +245,8 @@ def test_profile_of_the_real_llama_server(llama_server):
     fit = tk.calibrate(frame, "Gemma-3-270M", tk.measure_host(), "q4_k_m")
     assert fit["n_ttft"].iloc[0] + fit["n_tpot"].iloc[0] > 0
     assert set(fit["fitted"].iloc[0].split(",") + fit["held"].iloc[0].split(",")) - {""} == {
-        "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share", "batched_mbu_factor"
+        "mbu", "mfu", "step_overhead_ms", "request_overhead_ms", "serial_share", "batched_mbu_factor",
+        "masked_pair_share",
     }  # fmt: skip
 
 
@@ -301,7 +306,7 @@ def test_a_replay_is_predicted_from_the_profile_passes_around_it():
     slow = {key: 1.25 * value for key, value in fast.items()}
     trace = _trace(seed=1)
     design = {"context_tokens": (64, 2048), "prompt_tokens": (64, 192, 384), "batch_sizes": (1, 2, 4, 8),
-              "output_tokens": 16, "repeats": 1, "progress": False}  # fmt: skip
+              "mixed_prompt_tokens": (), "output_tokens": 16, "repeats": 1, "progress": False}  # fmt: skip
     with EngineServer(**fast) as server:
         before = tk.profile(server.base_url, "test-model", **design)
     with EngineServer(**slow) as server:

@@ -1,8 +1,7 @@
 """Close the loop: measure the host, fit the serving model to a sweep, and score predictions.
 
-``calibrate`` fits the efficiencies of the one cost model (``mbu``, ``mfu``, ``step_overhead_ms``,
-``request_overhead_ms``) to a sweep's TTFT and TPOT (the mapping is in :mod:`toolkit._calibration.fit`);
-``predict_sweep`` predicts a closed-loop sweep with the simulator; ``accuracy`` compares the two.
+``calibrate`` fits the one cost model's efficiencies to a sweep's or a profile's TTFT and TPOT
+(:mod:`toolkit._calibration.fit`); ``predict_sweep`` predicts a closed-loop sweep with the simulator; ``accuracy`` compares the two.
 """
 
 from __future__ import annotations
@@ -91,7 +90,8 @@ def calibrate(
         The parameters to fit, a subset of the tunable efficiencies (``mbu``, ``mfu``,
         ``step_overhead_ms``, ``request_overhead_ms``, ``serial_share``, ...); the others keep their
         defaults from ``data/efficiency.csv``. None fits ``mbu``, ``mfu``, ``step_overhead_ms`` and
-        ``request_overhead_ms``, and for a profile ``serial_share`` and ``batched_mbu_factor`` too.
+        ``request_overhead_ms``, for a profile ``serial_share`` and ``batched_mbu_factor`` too, and
+        for one with ``mixed`` cells ``masked_pair_share``.
     bounds : dict, optional
         ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
         (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
@@ -137,7 +137,10 @@ def calibrate(
         (relative residual at the robust fit), ``z`` (its standardized residual), ``outlier`` and
         ``weight`` (0 where the robust fit leaves the cell out).
     """
-    fit = (_fit.PROFILE_FIT if is_profile(lanes_or_levels) else _fit.DEFAULT_FIT) if fit is None else tuple(fit)
+    if fit is None:
+        mixed = is_profile(lanes_or_levels) and lanes_or_levels["cell"].eq("mixed").any()
+        fit = _fit.MIXED_FIT if mixed else _fit.PROFILE_FIT if is_profile(lanes_or_levels) else _fit.DEFAULT_FIT
+    fit = tuple(fit)
     if not fit:
         raise ValueError(f"fit must name at least one of {', '.join(_fit.PARAMETERS)}")
     for name in fit:
@@ -206,15 +209,9 @@ def calibrate(
     row["condition_number"] = result["condition_number"]
     row["max_abs_correlation"] = result["max_abs_correlation"]
     row.update(prefill_breaks=",".join(map(str, breaks)), prefill_start_breaks=",".join(map(str, starts)))
-    row.update(outlier_cells="; ".join(flagged), robust=robust)
-    row.update(
-        validity_range(obs),
-        model=base.model["name"],
-        gpu=_gpu_name(gpu),
-        quant=base.quant["name"],
-        tensor_parallel=tensor_parallel,
-        kv_dtype=base.kv_dtype["name"],
-    )
+    row.update(validity_range(obs), outlier_cells="; ".join(flagged), robust=robust, model=base.model["name"])
+    row.update(gpu=_gpu_name(gpu), quant=base.quant["name"], tensor_parallel=tensor_parallel)
+    row["kv_dtype"] = base.kv_dtype["name"]
     out = pd.DataFrame([row])
     out.attrs["cell_residuals"] = cells.to_dict("list")  # columns: frames in attrs break pd.concat
     return out

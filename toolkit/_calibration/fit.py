@@ -1,5 +1,4 @@
-"""Fit the serving model's efficiencies to TTFT and TPOT observations (see
-:mod:`toolkit._calibration.observations` for how a sweep or a profile becomes observations).
+"""Fit the serving model's efficiencies to TTFT and TPOT observations (:mod:`toolkit._calibration.observations`).
 
 Bounded least squares of relative residuals, restarted from several corners because max(memory,
 compute) has kinks; standard errors, correlations and the condition number come from the Jacobian.
@@ -39,18 +38,19 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from toolkit._calibration.step_model import predict_ms
 from toolkit._model.cost import CostModel
 from toolkit._model.efficiency import TUNABLE_EFFICIENCIES
-from toolkit._queueing.chunking import prefill_chunk
 
 __all__: list[str] = []
 
 # Every tunable efficiency of the cost model can be fitted; a sweep identifies these four by default.
 PARAMETERS = tuple(TUNABLE_EFFICIENCIES)
 DEFAULT_FIT = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
-# A profile (toolkit.profile) also varies the batch at a fixed context, which shows how the memory and
-# compute terms add up, and steps one token against steps of several (batched_mbu_factor).
+# A profile also varies the batch (how memory and compute add up; steps of one token against several:
+# batched_mbu_factor); its mixed cells, prompts among decodes, the pairs a unified KV masks (masked_pair_share).
 PROFILE_FIT = (*DEFAULT_FIT, "serial_share", "batched_mbu_factor")
+MIXED_FIT = (*PROFILE_FIT, "masked_pair_share")
 # A fitted parameter whose standard error exceeds this share of its value is not identified by the
 # data; calibrate() holds it at its default rather than let it trade against the others.
 MAX_RELATIVE_SE = 0.25
@@ -63,70 +63,6 @@ BOUNDS = {
 # Starting utilisations besides the catalog defaults: max(memory, compute) has kinks, so the fit is
 # restarted from each corner of a coarse grid and the best solution kept.
 _START_FRACTIONS = (0.05, 0.5)
-
-
-def predict_ms(
-    cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] = (), prefill_starts: Sequence[int] = ()
-) -> np.ndarray:
-    """The cost model's prediction (ms) of every observation from :func:`observations`.
-
-    With ``prefill_breaks`` (offsets from a prompt's end) or ``prefill_starts`` (positions from its
-    start, counting its cached tokens), as in :func:`toolkit.simulate`, a prompt is prefilled in one
-    step per chunk between the breaks, as llama-server does on a sliding-window model: its TTFT is
-    the sum of those steps, each one also decoding the sequences already running.
-    """
-    b = obs["batch"].to_numpy()
-    context = obs["context_tokens"].to_numpy()
-    cached = obs["cached_tokens"].to_numpy()
-    wave = obs["wave_tokens"].to_numpy()
-    m = obs["decoding"].to_numpy()
-    tpot = cm.step_ms(b, b * context)
-    wait = np.minimum(m, 1.0) * 0.5 * cm.step_ms(m, m * context)
-    prompts = obs["wave_prompts"].to_numpy()  # each ends in the wave's last step
-    if prefill_breaks or prefill_starts:
-        own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
-        together = wave / own  # the wave's tokens, as prompts of this one's size cut at the same breaks
-        prefill = np.zeros(len(obs))
-        chunks = prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens, cached, prefill_starts)
-        for chunk, done in chunks:
-            step = cm.step_ms(m, m * context, chunk * together, cached + done, prompts * (done + chunk >= own))
-            prefill = prefill + np.where(chunk > 0, step, 0.0)
-    else:
-        prefill = cm.step_ms(m, m * context, wave, cached, prompts)
-    ttft = wait + prefill + cm.request_overhead_ms
-    return np.where(obs["kind"].to_numpy() == "tpot", tpot, ttft)
-
-
-def prefill_chunks(
-    tokens: np.ndarray,
-    prefill_breaks: Sequence[int],
-    max_num_batched_tokens: int,
-    cached: np.ndarray | None = None,
-    prefill_starts: Sequence[int] = (),
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The chunks a lone prompt of ``tokens`` uncached tokens after ``cached`` cached ones (default
-    none) is prefilled in, one step each, as the simulator's engine cuts it
-    (:func:`toolkit._queueing.chunking.prefill_chunk`: at most the step's token budget, ended at the
-    first of ``prefill_breaks`` or ``prefill_starts`` it would cross): (chunk, uncached tokens before
-    it) per step, first step first; a chunk is 0 where that prompt needs fewer steps."""
-    tokens = np.asarray(tokens, dtype=float)
-    cached = np.zeros_like(tokens) if cached is None else np.broadcast_to(np.asarray(cached, dtype=float), tokens.shape)
-    pairs, which = np.unique(np.stack([tokens, cached], axis=1), axis=0, return_inverse=True)
-    which = np.ravel(which)
-    breaks = tuple(sorted(set(prefill_breaks), reverse=True))
-    starts = tuple(sorted(set(prefill_starts)))
-    steps = []  # per distinct (size, cached), its chunks
-    for size, before in pairs:
-        chunks, left = [], float(size)
-        while left > 0:
-            chunks.append(prefill_chunk(left, max_num_batched_tokens, breaks, before + size - left, starts))
-            left -= chunks[-1]
-        steps.append(chunks)
-    table = np.zeros((len(pairs), max(map(len, steps), default=0)))
-    for row, chunks in zip(table, steps, strict=True):
-        row[: len(chunks)] = chunks
-    done = np.cumsum(table, axis=1) - table
-    return [(table[which, i], done[which, i]) for i in range(table.shape[1])]
 
 
 def fit(

@@ -50,6 +50,10 @@ class CostModel:
     attention_score_bytes : float
         Memory traffic per (query, key) pair and head of attention scores materialised outside a
         fused kernel (0: fused), added after the step's roofline.
+    masked_pair_share : float
+        Cost of a (query, key) pair an attention kernel visits but masks out (a cell of another
+        sequence, or a later token of its own, in a unified KV buffer) as a share of an attended
+        pair's FLOPs (0: attention per sequence).
     dequant_gemm_tokens : float
         A step of more than this many tokens converts weight-only formats to a 16-bit copy before its
         GEMMs (0: never).
@@ -101,6 +105,7 @@ class CostModel:
     seq_overhead_us: float
     attention_score_bytes: float
     dequant_gemm_tokens: float
+    masked_pair_share: float
     dequant_weights_bytes: float
     dequant_copy_bytes: float
     bandwidth_gb_s: float

@@ -41,6 +41,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
   attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
   traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
+* ``masked_pair_share`` (0 by default): an engine whose attention spans a unified KV buffer
+  (llama.cpp ``--kv-unified``) visits every cell in use for every query row and masks the others'
+  (``(n + P)(K + C + P)`` pairs per full layer); a masked pair costs that share of an attended one.
 * ``dequant_gemm_tokens`` (0, never, by default): an engine that runs a step of more than that many
   tokens by first converting weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend,
   late 2023 to mid 2024) reads the packed weights and writes the copy in kernels of its own, added
@@ -60,15 +63,7 @@ backend's rows of ``data/engine_efficiency.csv`` (its release's too, given ``eng
 ``calibration`` (dict, Series or one-row DataFrame; NaN entries and unknown keys are ignored)
 overrides them, explicit keyword arguments override all.
 
-Why our TTFT differs from chimeraforge 0.6.0's (``2 x params x tokens / (TFLOPS x 0.4)``; 7B, 512
-tokens: H100 18.1 / RTX 4090 108.5 / T4 275.7 ms against our 24.6 / 90.1 / 216.3 ms for Llama-2-7B):
-we count non-embedding parameters only (a 7B Llama has 0.26B of embeddings that do no prefill FLOPs),
-add the causal attention FLOPs, use MFU 0.55 rather than 0.4, add 0.3 of the weights' read time
-(``serial_share``), floor the time at one read of the weights (which decides short prompts), and add
-a 0.5 ms step and a 10 ms per-request overhead. On a
-fast GPU the fixed overheads dominate a 14 ms prefill and we are slower; on slow GPUs the higher MFU
-dominates and we are faster. With their assumptions our function reproduces their figures
-(tests/test_serving.py).
+How and why its TTFT differs from chimeraforge 0.6.0's: docs/methodology/serving-model.md.
 """
 
 from __future__ import annotations
@@ -112,6 +107,7 @@ def cost_model(
     seq_overhead_us: float | None = None,
     attention_score_bytes: float | None = None,
     dequant_gemm_tokens: float | None = None,
+    masked_pair_share: float | None = None,
     engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
@@ -166,6 +162,9 @@ def cost_model(
         Steps of more than this many tokens convert weight-only-format weights (GGUF blocks, int4) to
         a 16-bit copy before 16-bit GEMMs (>= 0; 0: never): the conversion's traffic (packed read,
         copy written) is paid after the step's roofline at ``mbu``, and the GEMMs read the copy.
+    masked_pair_share : float, optional
+        Cost of an attention pair visited but masked out (another sequence's cell in a unified KV
+        buffer, or a later token of the row's own) as a share of an attended pair's, in [0, 1].
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -197,6 +196,7 @@ def cost_model(
             "seq_overhead_us": seq_overhead_us,
             "attention_score_bytes": attention_score_bytes,
             "dequant_gemm_tokens": dequant_gemm_tokens,
+            "masked_pair_share": masked_pair_share,
         },
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )

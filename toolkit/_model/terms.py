@@ -93,6 +93,13 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     if scores:
         # materialised attention scores: written, softmaxed and read back by kernels of their own
         score_bytes = score_bytes * (per_pair / (4 * model["head_dim"]))
+    masked_share = constants["masked_pair_share"]
+    masked = _any(masked_share)
+    if masked:
+        # a unified KV buffer (llama.cpp --kv-unified) runs each full-attention layer of a step as one
+        # kernel over every cell in use: each query row visits kv + c + p cells and masks those of
+        # other sequences and its own later tokens; a masked pair costs masked_share of an attended one
+        masked_cost = masked_share * per_pair
     dequant_at = constants["dequant_gemm_tokens"]
     dequant = _any(dequant_at) and _any(constants["dequant_weights_bytes"])
     if dequant:
@@ -133,6 +140,9 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
         mbu = mbu_one * (1 + mbu_batched * (tokens >= 2))
         memory_ms = read / (bandwidth * mbu) * 1e3
         flops = body * tokens + logits * rows + per_pair * (decode_kv + pairs)
+        if masked:
+            visited = tokens * (kv + c + p) - kv - p * c - p * (p + 1) / 2
+            flops = flops + masked_cost * full * _greater(visited, 0)
         compute_ms = flops / rate * 1e3
         overhead_ms = step_overhead + per_seq * n + 0 * tokens
         if scores:

@@ -52,6 +52,7 @@ _FAMILY_TERMS = {
     "decode": "the bandwidth term from the step overhead",
     "batch": "the per-sequence cost of a batch",
     "prefill": "the prefill rate from the request overhead",
+    "mixed": "what a prompt's prefill costs the decodes it runs beside",
 }
 
 
@@ -67,7 +68,12 @@ def unsteady_reason(profile: pd.DataFrame) -> str:
     for family, group in cells.groupby(level=0, sort=False):
         if not group["noisy"].all():
             continue
-        label = {"decode": "context {p} tokens", "batch": "batch {b}", "prefill": "{p} tokens"}[family]
+        label = {
+            "decode": "context {p} tokens",
+            "batch": "batch {b}",
+            "prefill": "{p} tokens",
+            "mixed": "{p} tokens among {b}",
+        }[family]
         spreads = ", ".join(
             f"{label.format(p=int(prompt), b=int(batch))}: {row.low_ms:.0f}-{row.high_ms:.0f} ms"
             for (_, batch, prompt), row in group.iterrows()

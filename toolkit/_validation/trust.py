@@ -195,10 +195,10 @@ def cell_fit(
     Returns
     -------
     pandas.DataFrame
-        ``cell``, ``batch``, ``prompt_tokens`` (the cell's target), ``measures`` (``ttft`` or
-        ``tpot``: the decode step), ``measured_ms`` and ``fitted_ms`` (medians over the cell's
-        requests, ms) and ``rel_err`` (fitted against measured); noisy cells and failed requests are
-        left out, as in the fit.
+        ``cell``, ``batch``, ``prompt_tokens`` (the cell's target), ``measures`` (``ttft``,
+        ``tpot``: the decode step, or ``gap``: a mixed cell's prefill step), ``measured_ms`` and
+        ``fitted_ms`` (medians over the cell's requests, ms) and ``rel_err`` (fitted against
+        measured); noisy cells and failed requests are left out, as in the fit.
     """
     obs = observations(profile)
     cm = cost_model(model, gpu, quant, calibration=calibration)
@@ -251,7 +251,9 @@ def _shape(cells: pd.DataFrame) -> str:
     if cells.empty or not (cells["rel_err"].abs() > TRUSTED_MEDIAN_ERROR).any():
         return ""
     worst = cells.loc[cells["rel_err"].abs().idxmax()]
-    what = "time to first token" if worst["measures"] == "ttft" else "decode step"
+    what = {"ttft": "time to first token", "gap": "step that prefilled a prompt among decodes"}.get(
+        worst["measures"], "decode step"
+    )
     return (
         f" Even on the profile it was fitted to, the model misses the {worst['cell']} cell at batch"
         f" {int(worst['batch'])}, {int(worst['prompt_tokens'])} prompt tokens ({what}: {worst['measured_ms']:.1f} ms"
