@@ -44,6 +44,30 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="print the report's paths, its conclusion and the seconds of each phase (phase_s) as JSON",
     )
     p.set_defaults(func=_cli)
+    _extend_compare(subparsers)
+
+
+def _extend_compare(subparsers: argparse._SubParsersAction) -> None:
+    """Give ``compare`` the ``--html OUT.html`` option: the comparison also as a self-contained page with
+    both runs on one chart (drawn here, since the chart belongs to the report layer)."""
+    compare = subparsers.choices.get("compare")
+    if compare is None:
+        return
+    compare.add_argument("--html", type=Path, help="also write the comparison as a self-contained HTML page")
+    text_func = compare.get_default("func")
+
+    def func(args: argparse.Namespace) -> int:
+        if args.html is None:
+            return text_func(args)
+        from toolkit._interop.cli import _compare_and_print
+        from toolkit._report.compare_chart import _compare_page
+
+        result = _compare_and_print(args)
+        page = _compare_page(result, name_a=str(args.a), name_b=str(args.b))
+        args.html.write_text(page, encoding="utf-8")
+        return 0
+
+    compare.set_defaults(func=func)
 
 
 def _cli(args: argparse.Namespace) -> int:
