@@ -71,3 +71,22 @@ def test_run_workload_refuses_rate_levels_and_summary_files():
         run_workload(DATA / "inference_perf" / "stage_0_lifecycle_metrics.json")
     with pytest.raises(ValueError, match="prompt_tokens and output_tokens"):
         run_workload(DATA / "vllm" / "result_summary.json")
+
+
+def test_the_report_draws_a_read_run_without_a_server(tmp_path):
+    import pandas as pd
+
+    from toolkit import build_report
+
+    folder = tmp_path / "vllm-sweep"
+    folder.mkdir()
+    base = json.loads(VLLM.read_text(encoding="utf-8"))
+    for limit in (2, 4):
+        (folder / f"c{limit}.json").write_text(json.dumps(dict(base, max_concurrency=limit)), encoding="utf-8")
+    index = build_report(tmp_path / "report", run=folder, execute_notebooks=False, progress=False)
+    levels = pd.read_csv(index.parent / "levels.csv")
+    # vllm bench serve printed 448 generated tokens and 14 successful requests for the run at concurrency 2
+    assert list(levels["in_flight"]) == [2, 4]
+    assert list(levels["output_tokens"]) == [448, 448] and list(levels["lanes_ok"]) == [14, 14]
+    page = index.read_text(encoding="utf-8")
+    assert "vllm bench serve run (vllm-sweep)" in page and "no server was started" in page

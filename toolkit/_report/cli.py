@@ -36,6 +36,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--recorded", action="store_true", help="draw the recorded run shipped with the package, measure nothing"
     )
+    p.add_argument(
+        "--run",
+        type=Path,
+        help="draw a run read from this file or folder (vLLM bench, GuideLLM, AIPerf,"
+        " inference-perf, a sweep), measure nothing",
+    )
     p.add_argument("--no-notebooks", action="store_true", help="do not execute the notebooks")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
@@ -80,6 +86,7 @@ def _cli(args: argparse.Namespace) -> int:
         model=args.model,
         name=args.name,
         recorded=args.recorded,
+        run=args.run,
         execute_notebooks=not args.no_notebooks,
         progress=not args.quiet,
     )
