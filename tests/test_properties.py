@@ -313,6 +313,8 @@ NOT_NUMERIC: dict[str, str] = {
     "WorkloadDescription": "a result record returned by describe_workload",
     "read_run": "takes a path; an unrecognised or partial file is a ValueError or NaN with a reason (test_interop_read)",
     "RunComparison": "a result record returned by compare_runs",
+    "compare_chart": "takes a RunComparison (or two runs) and strings",
+    "run_workload": "takes a run or a path; a run without requests or with rate levels is a ValueError (test_interop_predict)",
     "CapacityResult": "a result record returned by find_capacity and predict_capacity",
     "notebook_setup": "takes a renderer name; a bad one is a ValueError (test_notebook_setup_refuses_an_unknown_renderer)",
 }

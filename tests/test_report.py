@@ -516,9 +516,13 @@ def test_cli_passes_its_options_and_prints_the_path(monkeypatch, capsys, tmp_pat
         "model": None,
         "name": "x",
         "recorded": True,
+        "run": None,
         "execute_notebooks": False,
         "progress": True,
     }
+    # --run draws a run read from another tool's files
+    args = parser.parse_args(["report", "--run", "results/", "--no-notebooks", "--out", str(tmp_path)])
+    assert args.func(args) == 0 and seen["run"] == Path("results/") and not seen["recorded"]
     # --out is the short form of --out-dir, the name of the argument it sets
     assert (
         parser.parse_args(["report", "--out-dir", "a"]).out_dir == parser.parse_args(["report", "--out", "a"]).out_dir

@@ -99,6 +99,8 @@ _EXPORTS: dict[str, str] = {
     "compare_runs": "_interop.compare",
     "RunComparison": "_interop.compare",
     "launch_config": "_interop.launch",
+    "run_workload": "_interop.workload",
+    "compare_chart": "_report.compare_chart",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m toolkit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (_planner, _sweep_cli, _report, _capacity, _interop):
+    for module in (_planner, _sweep_cli, _capacity, _interop, _report):  # report extends compare
         module.add_cli(sub)
     args = parser.parse_args(argv)
     try:

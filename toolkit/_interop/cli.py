@@ -71,6 +71,13 @@ def _extend_plan(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
+    _compare_and_print(args)
+    return 0
+
+
+def _compare_and_print(args: argparse.Namespace):
+    """Compare ``args.a`` with ``args.b``, print the comparison (and write ``--csv``), and return it, so that
+    the report layer's ``--html`` can draw the same comparison."""
     from toolkit._interop.compare import compare_runs  # pandas and scipy load when a comparison runs
 
     result = compare_runs(args.a, args.b, confidence=args.confidence, n_resamples=args.resamples, seed=args.seed)
@@ -79,4 +86,4 @@ def _cli(args: argparse.Namespace) -> int:
         print(result.metrics.to_string(index=False))
     if args.csv is not None:
         result.metrics.to_csv(args.csv, index=False)
-    return 0
+    return result

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, percentiles
+from toolkit._sweep.levels import AGGREGATE_COLUMNS, RUN_COLUMNS, _inconclusive, add_relative, percentiles
 from toolkit._sweep.records import LANE_COLUMNS
 from toolkit._sweep.result import SweepResult
 
@@ -97,6 +97,7 @@ def level_from_lanes(
         "lanes_unfinished": 0,
         "wall_s": wall_s,
         "llm_sum_s": llm_sum,
+        "llm_ms_per_token": llm_sum * 1000 / out_tokens if out_tokens > 0 else NAN,
         "achieved_concurrency": llm_sum / wall_s,
         "output_tokens": out_tokens,
         "prompt_tokens": prompt_tokens,
@@ -129,14 +130,26 @@ def levels_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         full: dict[str, Any] = {c: NAN for c in AGGREGATE_COLUMNS}
         full.update(row)
         full["repeats"] = 1
-        full["verdict"] = ""
         full["noisy"] = False
         reasons = row.get("reason", [])
         full["reason"] = "; ".join(dict.fromkeys(reasons)) if isinstance(reasons, list) else str(reasons)
         out.append(full)
     levels = pd.DataFrame(out, columns=AGGREGATE_COLUMNS)
     sort = [c for c in ("in_flight", "rate_rps") if levels[c].notna().any()]
-    return levels.sort_values(sort, kind="stable").reset_index(drop=True) if sort else levels
+    levels = levels.sort_values(sort, kind="stable").reset_index(drop=True) if sort else levels
+    return _relative(levels)
+
+
+def _relative(levels: pd.DataFrame) -> pd.DataFrame:
+    """``speedup``, ``tok_s_gain``, ``elasticity`` and the batching verdict relative to the first level, as the
+    sweep computes them (:mod:`toolkit._sweep.levels`), from one repeat: an elasticity within the margin of
+    a threshold reads ``inconclusive``, one without the requests' times (a summary-only file) ``unknown``."""
+    if not len(levels):
+        return levels
+    closed_loop = bool(levels["in_flight"].notna().all())
+    levels = add_relative(levels, closed_loop=closed_loop)
+    levels["verdict"] = [_inconclusive(v, False, e, e, 1) for v, e in zip(levels["verdict"], levels["elasticity"])]
+    return levels[AGGREGATE_COLUMNS]
 
 
 def make_run(

@@ -7,8 +7,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from toolkit._files import read_user_text
 from toolkit._interop import aiperf, guidellm, inference_perf, own, vllm
+from toolkit._interop.frames import levels_frame, make_run
 from toolkit._sweep.result import SweepResult
 
 __all__ = ["read_run"]
@@ -28,12 +31,14 @@ def read_run(path: str | os.PathLike) -> SweepResult:
     - AIPerf's (or genai-perf's) ``profile_export_aiperf.json`` summary, its ``.csv``, and the per-request
       ``profile_export.jsonl`` (a folder holding them reads the JSONL with the summary's settings);
     - an inference-perf lifecycle report (``stage_<n>_lifecycle_metrics.json``);
-    - the toolkit's own sweep folder (``levels.csv``, ``runs.csv``, ``lanes.jsonl``, ``run.json``).
+    - the toolkit's own sweep folder (``levels.csv``, ``runs.csv``, ``lanes.jsonl``, ``run.json``);
+    - a folder of result files of one of these formats (a ``vllm bench serve`` sweep writes one file per
+      concurrency or rate): one run with their levels side by side, so that the batching verdicts compare them.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The result file, or a folder (the toolkit's ``out_dir`` or AIPerf's artifact folder).
+        The result file, or a folder (the toolkit's ``out_dir``, AIPerf's artifact folder, or result files).
 
     Returns
     -------
@@ -43,7 +48,8 @@ def read_run(path: str | os.PathLike) -> SweepResult:
         hold is NaN and the level's ``reason`` says why, never zero. Every frame's ``attrs`` (and
         ``params``) names the ``format``, the ``version`` understood, the ``source``, the run's
         ``conditions`` (engine, model, tool, workload, ...) and the ``reasons``; ``attrs["summary"]``
-        keeps the tool's own totals where it printed them.
+        keeps the tool's own totals where it printed them. The levels carry the sweep's ``speedup``,
+        ``tok_s_gain``, ``elasticity`` and batching ``verdict`` relative to the first level.
 
     Raises
     ------
@@ -99,7 +105,35 @@ def _read_folder(folder: Path) -> SweepResult:
     for name in _AIPERF_FILES:
         if (folder / name).is_file():
             return read_run(folder / name)
-    raise ValueError(f"path: {folder} is a folder without levels.csv (a toolkit sweep) or AIPerf exports")
+    files = sorted(f for f in folder.iterdir() if f.suffix in (".json", ".yaml", ".yml") and f.is_file())
+    if not files:
+        raise ValueError(
+            f"path: {folder} is a folder without levels.csv (a toolkit sweep), AIPerf exports or result files"
+        )
+    return _combine([read_run(f) for f in files], source=str(folder))
+
+
+def _combine(runs: list[SweepResult], *, source: str) -> SweepResult:
+    """One run of a folder of result files (``vllm bench serve`` writes one file per concurrency or rate): their
+    levels side by side, as a sweep's, with the conditions every file shares."""
+    formats = {r.levels.attrs["format"] for r in runs}
+    if len(formats) > 1:
+        raise ValueError(f"path: {source} holds runs of several formats {sorted(formats)}; compare them instead")
+    first = runs[0].levels.attrs
+    conditions = {
+        k: v for k, v in first["conditions"].items() if all(r.levels.attrs["conditions"].get(k) == v for r in runs)
+    }
+    lanes = [r.lanes for r in runs if len(r.lanes)]
+    rows = [row for r in runs for row in r.levels.to_dict("records")]
+    return make_run(
+        pd.concat(lanes, ignore_index=True) if lanes else runs[0].lanes,
+        levels_frame(rows),
+        fmt=first["format"],
+        version=first["version"],
+        conditions=conditions,
+        source=source,
+        summary={"files": [r.levels.attrs["source"] for r in runs]},
+    )
 
 
 def _aiperf_summary(folder: Path) -> dict[str, Any] | None:

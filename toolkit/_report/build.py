@@ -19,7 +19,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from toolkit._report.conclusion import conclusion
-from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run
+from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run, _Run
 from toolkit._report.page import _page, _slug
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 from toolkit._report.trust_section import _trust
@@ -44,6 +44,7 @@ def build_report(
     name: str | None = None,
     *,
     recorded: bool = False,
+    run: str | Path | None = None,
     execute_notebooks: bool = True,
     api_key: str | None = None,
     notebook_dir: str | Path = NOTEBOOK_DIR,
@@ -76,6 +77,10 @@ def build_report(
         Report name used in the folder name; derived from the model when omitted.
     recorded : bool
         Draw the recorded run (package data) instead of measuring (no server needed).
+    run : str or pathlib.Path, optional
+        Draw a run :func:`toolkit.read_run` reads instead of measuring (no server needed): another tool's
+        result file (vLLM bench, GuideLLM, AIPerf, inference-perf), a folder of them, or a sweep folder.
+        The serving model is not checked against it (its machine is not known).
     execute_notebooks : bool
         Execute ``<notebook_dir>/*.ipynb`` against the same run and keep them in the folder.
     api_key : str, optional
@@ -111,7 +116,9 @@ def build_report(
     """
     base_url = base_url or os.environ.get("BASE_URL") or None
     model = model or os.environ.get("MODEL") or None
-    if base_url:
+    if run is not None:
+        default_name = _slug(Path(run).stem or "run")
+    elif base_url:
         default_name = _slug(model or urlsplit(base_url).hostname or "server")
     else:
         default_name = "recorded-llama-server" if recorded else "llama-server-gemma3-270m"
@@ -120,7 +127,8 @@ def build_report(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return _write(out, base_url, model, name, recorded, execute_notebooks, api_key, Path(notebook_dir), progress)
+        source = (base_url, model, recorded, run)
+        return _write(out, source, name, execute_notebooks, api_key, Path(notebook_dir), progress)
     except BaseException as exc:
         _after_failure(out, created, exc, secrets=(api_key or os.environ.get("TOOLKIT_API_KEY") or "",))
         raise
@@ -143,15 +151,14 @@ def _after_failure(out: Path, created: bool, exc: BaseException, *, secrets: tup
 
 def _write(
     out: Path,
-    base_url: str | None,
-    model: str | None,
+    source: tuple[str | None, str | None, bool, str | Path | None],
     name: str,
-    recorded: bool,
     execute_notebooks: bool,
     api_key: str | None,
     notebook_dir: Path,
     progress: bool,
 ) -> Path:
+    base_url, model, recorded, read_path = source
     bar = tqdm(total=4, desc="report", unit="step", disable=not progress)
     bar.set_postfix_str("measuring")
     clock = [time.perf_counter()]
@@ -161,7 +168,9 @@ def _write(
         clock.append(time.perf_counter())
         phase_s[phase] = clock[-1] - clock[-2]
 
-    if base_url:
+    if read_path is not None:
+        run = _read(read_path)
+    elif base_url:
         run = _measure(
             base_url,
             out,
@@ -207,6 +216,18 @@ def _write(
     bar.update()
     bar.close()
     return index
+
+
+def _read(path: str | Path) -> _Run:
+    """A run another tool (or a sweep) wrote, as the report's run: its levels and requests, and its conditions."""
+    from toolkit._interop.read import read_run
+
+    read = read_run(path)
+    attrs = read.levels.attrs
+    conditions = {"source": f"{attrs['source']} ({attrs['format']}, {attrs['version']}); no server was started"}
+    conditions.update({k: str(v) for k, v in attrs["conditions"].items()})
+    label = f"{attrs['conditions'].get('tool', attrs['format'])} run ({Path(attrs['source']).name})"
+    return _Run(read.levels, read.lanes if len(read.lanes) else None, label, conditions)
 
 
 def busy_opening(load_warning: str, refused: str) -> str:

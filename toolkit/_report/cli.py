@@ -36,6 +36,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--recorded", action="store_true", help="draw the recorded run shipped with the package, measure nothing"
     )
+    p.add_argument(
+        "--run",
+        type=Path,
+        help="draw a run read from this file or folder (vLLM bench, GuideLLM, AIPerf,"
+        " inference-perf, a sweep), measure nothing",
+    )
     p.add_argument("--no-notebooks", action="store_true", help="do not execute the notebooks")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
@@ -44,6 +50,30 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="print the report's paths, its conclusion and the seconds of each phase (phase_s) as JSON",
     )
     p.set_defaults(func=_cli)
+    _extend_compare(subparsers)
+
+
+def _extend_compare(subparsers: argparse._SubParsersAction) -> None:
+    """Give ``compare`` the ``--html OUT.html`` option: the comparison also as a self-contained page with
+    both runs on one chart (drawn here, since the chart belongs to the report layer)."""
+    compare = subparsers.choices.get("compare")
+    if compare is None:
+        return
+    compare.add_argument("--html", type=Path, help="also write the comparison as a self-contained HTML page")
+    text_func = compare.get_default("func")
+
+    def func(args: argparse.Namespace) -> int:
+        if args.html is None:
+            return text_func(args)
+        from toolkit._interop.cli import _compare_and_print
+        from toolkit._report.compare_chart import _compare_page
+
+        result = _compare_and_print(args)
+        page = _compare_page(result, name_a=str(args.a), name_b=str(args.b))
+        args.html.write_text(page, encoding="utf-8")
+        return 0
+
+    compare.set_defaults(func=func)
 
 
 def _cli(args: argparse.Namespace) -> int:
@@ -56,6 +86,7 @@ def _cli(args: argparse.Namespace) -> int:
         model=args.model,
         name=args.name,
         recorded=args.recorded,
+        run=args.run,
         execute_notebooks=not args.no_notebooks,
         progress=not args.quiet,
     )
