@@ -165,3 +165,8 @@ def test_the_readme_example_runs_as_written_without_deprecated_calls(tmp_path):
         [sys.executable, "-W", "error::DeprecationWarning", str(script)], cwd=tmp_path, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_readme_maps_every_public_name():
+    readme = (ROOT / "README.md").read_text()
+    assert [name for name in toolkit.__all__ if f"`{name}`" not in readme] == []
