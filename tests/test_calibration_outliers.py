@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_profile import synthetic_profile
 
 from toolkit._calibration.calibrate import calibrate
 from toolkit._model.serving import cost_model
@@ -30,35 +31,7 @@ SLOW_CELL = "prefill b=1 p=1024 ttft"
 
 def _profile(seed: int, slow: float) -> pd.DataFrame:
     """Three passes over ``CELLS``; the TTFT of the ``SLOW`` cell times ``slow`` in every one."""
-    cm = cost_model(MODEL, GPU, QUANT, **TRUTH)
-    rng = np.random.default_rng(seed)
-    rows, wave = [], 0
-    for repeat in range(3):
-        for cell, batch, prompt, output in CELLS:
-            factor = 1 + 0.02 * rng.standard_normal()
-            step = float(cm.step_ms(batch, batch * (prompt + output / 2)))
-            ttft = float(cm.ttft_ms(prompt)) * (slow if (cell, prompt) == SLOW else 1.0)
-            for request in range(batch):
-                jitter = 1 + 0.005 * rng.standard_normal(2)
-                rows.append(
-                    {
-                        "cell": cell,
-                        "repeat": repeat,
-                        "wave": wave,
-                        "batch": batch,
-                        "request": request,
-                        "prompt_tokens_target": prompt,
-                        "prompt_tokens": prompt,
-                        "cached_tokens": 0,
-                        "output_tokens": output,
-                        "ttft_ms": ttft * factor * jitter[0],
-                        "tpot_ms": step * factor * jitter[1],
-                        "outcome": "ok",
-                        "noisy": False,
-                    }
-                )
-            wave += 1
-    return pd.DataFrame(rows)
+    return synthetic_profile(cost_model(MODEL, GPU, QUANT, **TRUTH), CELLS, seed=seed, slow=(*SLOW, slow))
 
 
 @pytest.fixture(scope="module")

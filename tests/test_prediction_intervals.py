@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_profile import synthetic_profile
 
 import toolkit
 from toolkit._calibration.intervals import parameter_draws
@@ -27,36 +28,10 @@ WORKLOAD = {"prompt_tokens": 512, "output_tokens": 128, "num_requests": 400, "ma
 
 @pytest.fixture(scope="module")
 def calibration() -> pd.DataFrame:
-    cm = cost_model(MODEL, GPU, QUANT, **TRUTH)
-    rng = np.random.default_rng(1)
-    rows, wave = [], 0
-    for repeat in range(3):
-        for cell, batch, prompt, output in CELLS:
-            factor = 1 + 0.02 * rng.standard_normal()
-            step = float(cm.step_ms(batch, batch * (prompt + output / 2)))
-            for request in range(batch):
-                jitter = 1 + 0.005 * rng.standard_normal(2)
-                rows.append(
-                    {
-                        "cell": cell,
-                        "repeat": repeat,
-                        "wave": wave,
-                        "batch": batch,
-                        "request": request,
-                        "prompt_tokens_target": prompt,
-                        "prompt_tokens": prompt,
-                        "cached_tokens": 0,
-                        "output_tokens": output,
-                        "ttft_ms": float(cm.ttft_ms(prompt)) * factor * jitter[0],
-                        "tpot_ms": step * factor * jitter[1],
-                        "outcome": "ok",
-                        "noisy": False,
-                    }
-                )
-            wave += 1
+    rows = synthetic_profile(cost_model(MODEL, GPU, QUANT, **TRUTH), CELLS, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return toolkit.calibrate(pd.DataFrame(rows), MODEL, GPU, QUANT, fit=tuple(TRUTH))
+        return toolkit.calibrate(rows, MODEL, GPU, QUANT, fit=tuple(TRUTH))
 
 
 def test_the_draws_follow_the_fits_standard_errors(calibration):

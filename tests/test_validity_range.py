@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_profile import synthetic_profile
 
 import toolkit
 from toolkit._model.serving import cost_model
@@ -29,33 +30,7 @@ CELLS += [("batch", b, 128, 32) for b in (2, 4, 8)]
 
 
 def _profile() -> pd.DataFrame:
-    cm = cost_model(MODEL, GPU, QUANT, **TRUTH)
-    rng = np.random.default_rng(3)
-    rows, wave = [], 0
-    for repeat in range(3):
-        for cell, batch, prompt, output in CELLS:
-            step = float(cm.step_ms(batch, batch * (prompt + output / 2)))
-            for request in range(batch):
-                jitter = 1 + 0.005 * rng.standard_normal(2)
-                rows.append(
-                    {
-                        "cell": cell,
-                        "repeat": repeat,
-                        "wave": wave,
-                        "batch": batch,
-                        "request": request,
-                        "prompt_tokens_target": prompt,
-                        "prompt_tokens": prompt,
-                        "cached_tokens": 0,
-                        "output_tokens": output,
-                        "ttft_ms": float(cm.ttft_ms(prompt)) * jitter[0],
-                        "tpot_ms": step * jitter[1],
-                        "outcome": "ok",
-                        "noisy": False,
-                    }
-                )
-            wave += 1
-    return pd.DataFrame(rows)
+    return synthetic_profile(cost_model(MODEL, GPU, QUANT, **TRUTH), CELLS, seed=3, wave_sd=0.0)
 
 
 @pytest.fixture(scope="module")
