@@ -67,7 +67,8 @@ def build_report(
     Parameters
     ----------
     out_dir : str or pathlib.Path, optional
-        Report folder; default ``<reports_dir>/<YYYY-MM-DD>-<name>``.
+        Report folder; default ``<reports_dir>/<YYYY-MM-DD>-<name>``, or ``...-2``, ``...-3`` when an
+        earlier report of the same day holds that folder.
     base_url : str, optional
         Server root (``http://host:port``); env ``BASE_URL`` when omitted.
     model : str, optional
@@ -123,7 +124,11 @@ def build_report(
     else:
         default_name = "recorded-llama-server" if recorded else "llama-server-gemma3-270m"
     name = name or default_name
-    out = Path(out_dir) if out_dir is not None else Path(reports_dir) / f"{dt.date.today().isoformat()}-{_slug(name)}"
+    out = (
+        Path(out_dir)
+        if out_dir is not None
+        else unused_folder(Path(reports_dir), f"{dt.date.today().isoformat()}-{_slug(name)}")
+    )
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -132,6 +137,16 @@ def build_report(
     except BaseException as exc:
         _after_failure(out, created, exc, secrets=(api_key or os.environ.get("TOOLKIT_API_KEY") or "",))
         raise
+
+
+def unused_folder(parent: Path, stem: str) -> Path:
+    """``parent/stem``, or ``parent/stem-2``, ``-3``... the first that does not exist or is empty, so a
+    second report of the same day writes beside the first instead of refusing its sweep."""
+    for k in range(1, 10_000):
+        path = parent / (stem if k == 1 else f"{stem}-{k}")
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return path
+    raise ValueError(f"reports_dir: {parent} holds 9,999 reports named {stem}; pass out_dir")
 
 
 def _after_failure(out: Path, created: bool, exc: BaseException, *, secrets: tuple[str, ...]) -> None:
