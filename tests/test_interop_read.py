@@ -7,6 +7,7 @@ per-request records exist.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -52,6 +53,57 @@ def test_aiperf_tpot_from_records_equals_aiperf_inter_token_latency():
     # "Inter Token Latency (ms) p50 81.73"; the reader derives it per request from the records
     level = read_run(DATA / "aiperf").levels.iloc[0]
     assert level["tpot_p50_ms"] == pytest.approx(81.73, abs=0.005)
+
+
+def _genai_perf_console() -> dict[str, list[str]]:
+    """The rows of the table genai-perf printed (tests/data/genai_perf/console.txt): name -> cells."""
+    rows = {}
+    for line in (DATA / "genai_perf" / "console.txt").read_text().splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _genai_perf_ttfts_ms() -> list[float]:
+    """Each request's TTFT from perf_analyzer's per-request export, without the reader: the first event
+    with content minus the send time, as genai-perf measures it (it drops events without content)."""
+    doc = json.loads((DATA / "genai_perf" / "profile_export.json").read_text())
+    ttfts = []
+    for request in doc["experiments"][0]["requests"]:
+        for stamp, out in zip(request["response_timestamps"], request["response_outputs"]):
+            body = out["response"].removeprefix("data:").strip()
+            if body != "[DONE]" and json.loads(body)["choices"][0]["delta"].get("content"):
+                ttfts.append((stamp - request["timestamp"]) / 1e6)
+                break
+    return ttfts
+
+
+def test_genai_perf_exports_match_what_genai_perf_printed():
+    # console.txt, printed by `genai-perf profile` (0.0.16) for this run: "Request Count (count) 24.00",
+    # "Output Sequence Length (tokens) avg 49.46" (x 24 = 1187.04: 1187 whole tokens), "Time To First
+    # Token (ms) avg 343.95"; its table has no p50, which genai-perf wrote to profile_export_genai_perf.csv
+    console = _genai_perf_console()
+    count = float(console["Request Count (count)"][0])
+    output_tokens = round(float(console["Output Sequence Length (tokens)"][0]) * count)
+    with open(DATA / "genai_perf" / "profile_export_genai_perf.csv") as f:
+        csv_p50 = {row["Metric"]: row["p50"] for row in csv.DictReader(f)}["Time To First Token (ms)"]
+    # the median TTFT genai-perf wrote is the median of the per-request TTFTs its input holds
+    ttfts = _genai_perf_ttfts_ms()
+    assert len(ttfts) == count
+    assert float(np.mean(ttfts)) == pytest.approx(float(console["Time To First Token (ms)"][0]), abs=0.005)
+    assert float(np.median(ttfts)) == pytest.approx(float(csv_p50), abs=0.005)
+    for name in ("profile_export_genai_perf.json", "profile_export_genai_perf.csv"):
+        run = read_run(DATA / "genai_perf" / name)
+        level = run.levels.iloc[0]
+        assert run.levels.attrs["format"] == "genai-perf", name
+        assert "no version field" in run.levels.attrs["version"], name
+        assert level["lanes_ok"] == count and level["output_tokens"] == output_tokens, name
+        assert level["ttft_p50_ms"] == pytest.approx(float(np.median(ttfts)), abs=0.005), name
+        assert math.isnan(level["lanes_failed"]) and "lanes_failed" in level["reason"], name
+    run = read_run(DATA / "genai_perf")  # the folder: the summary JSON, with --concurrency 2 from its input_config
+    assert run.levels.attrs["version"].endswith("input_config.perf_analyzer.stimulus, as 0.0.16 writes)")
+    assert run.levels.iloc[0]["in_flight"] == 2
 
 
 def test_inference_perf_report_matches_its_own_summary():
