@@ -19,7 +19,10 @@ import json
 import math
 from typing import Any
 
+import pandas as pd
+
 from toolkit._interop.frames import NAN, lanes_frame, level_from_lanes, levels_frame, make_run, number
+from toolkit._sweep.levels import percentiles
 from toolkit._sweep.result import SweepResult
 
 __all__: list[str] = []
@@ -108,11 +111,13 @@ def _conditions(doc: dict[str, Any], tool: str, version: str) -> dict[str, Any]:
     }
 
 
-def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
-    """The one-level run of a summary export (no per-request columns)."""
+def read_summary(doc: dict[str, Any], *, source: str, lanes: pd.DataFrame | None = None) -> SweepResult:
+    """The one-level run of a summary export; ``lanes`` are its requests where another file holds them
+    (genai-perf's folder: perf_analyzer's ``profile_export.json``)."""
     tool, version = _tool(doc)
     concurrency, rate = _load(doc.get("input_config") or {})
-    reasons = ["per-request columns: a summary export; read profile_export.jsonl for them"]
+    beside = "perf_analyzer's profile_export.json" if tool == "genai-perf" else "profile_export.jsonl"
+    reasons = [] if lanes is not None else [f"per-request columns: a summary export; {beside} holds them"]
     count = _value(doc.get("request_count"))
     errors = _value(doc.get("error_request_count"))
     if math.isnan(errors):
@@ -148,7 +153,9 @@ def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
     itl = doc.get("inter_chunk_latency")
     for p in (50, 95, 99):  # the gaps between chunks, as the sweep's ITL is
         row[f"itl_p{p}_ms"] = _value(itl, f"p{p}")
-    if not isinstance(itl, dict):
+    if not isinstance(itl, dict) and lanes is not None:  # the gaps between the requests' content events
+        row.update({k: v for k, v in percentiles(lanes[lanes["outcome"] == "ok"]).items() if k.startswith("itl")})
+    elif not isinstance(itl, dict):
         reasons.append("itl percentiles: the export has no inter_chunk_latency")
     cached = _value(doc.get("overall_usage_prompt_cache_read_pct"))
     row["provider_cached_rate"] = cached / 100
@@ -161,8 +168,8 @@ def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
         "total_output_tokens": row["output_tokens"],
     }
     return make_run(
-        lanes_frame([]), levels, fmt=tool, version=version, conditions=_conditions(doc, tool, version),
-        source=source, summary=summary,
+        lanes_frame([]) if lanes is None else lanes, levels, fmt=tool, version=version,
+        conditions=_conditions(doc, tool, version), source=source, summary=summary,
     )  # fmt: skip
 
 
