@@ -7,6 +7,7 @@ per-request records exist.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -52,6 +53,110 @@ def test_aiperf_tpot_from_records_equals_aiperf_inter_token_latency():
     # "Inter Token Latency (ms) p50 81.73"; the reader derives it per request from the records
     level = read_run(DATA / "aiperf").levels.iloc[0]
     assert level["tpot_p50_ms"] == pytest.approx(81.73, abs=0.005)
+
+
+def _genai_perf_console() -> dict[str, list[str]]:
+    """The rows of the table genai-perf printed (tests/data/genai_perf/console.txt): name -> cells."""
+    rows = {}
+    for line in (DATA / "genai_perf" / "console.txt").read_text().splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _genai_perf_content_ms() -> list[list[float]]:
+    """Per request of perf_analyzer's export, without the reader: the times (ms after the send) of the
+    events with content, the ones genai-perf keeps (the first is the TTFT, the last the latency)."""
+    doc = json.loads((DATA / "genai_perf" / "profile_export.json").read_text())
+    out = []
+    for request in doc["experiments"][0]["requests"]:
+        times = []
+        for stamp, event in zip(request["response_timestamps"], request["response_outputs"]):
+            body = event["response"].removeprefix("data:").strip()
+            if body != "[DONE]" and json.loads(body)["choices"][0]["delta"].get("content"):
+                times.append((stamp - request["timestamp"]) / 1e6)
+        out.append(times)
+    return out
+
+
+def test_genai_perf_exports_match_what_genai_perf_printed():
+    # console.txt, printed by `genai-perf profile` (0.0.16) for this run: "Request Count (count) 24.00",
+    # "Output Sequence Length (tokens) avg 49.46" (x 24 = 1187.04: 1187 whole tokens), "Time To First
+    # Token (ms) avg 343.95"; its table has no p50, which genai-perf wrote to profile_export_genai_perf.csv
+    console = _genai_perf_console()
+    count = float(console["Request Count (count)"][0])
+    output_tokens = round(float(console["Output Sequence Length (tokens)"][0]) * count)
+    with open(DATA / "genai_perf" / "profile_export_genai_perf.csv") as f:
+        csv_p50 = {row["Metric"]: row["p50"] for row in csv.DictReader(f)}["Time To First Token (ms)"]
+    # the median TTFT genai-perf wrote is the median of the per-request TTFTs its input holds
+    ttfts = [times[0] for times in _genai_perf_content_ms()]
+    assert len(ttfts) == count
+    assert float(np.mean(ttfts)) == pytest.approx(float(console["Time To First Token (ms)"][0]), abs=0.005)
+    assert float(np.median(ttfts)) == pytest.approx(float(csv_p50), abs=0.005)
+    for name in ("profile_export_genai_perf.json", "profile_export_genai_perf.csv"):
+        run = read_run(DATA / "genai_perf" / name)
+        level = run.levels.iloc[0]
+        assert run.levels.attrs["format"] == "genai-perf", name
+        assert "no version field" in run.levels.attrs["version"], name
+        assert level["lanes_ok"] == count and level["output_tokens"] == output_tokens, name
+        assert level["ttft_p50_ms"] == pytest.approx(float(np.median(ttfts)), abs=0.005), name
+        assert math.isnan(level["lanes_failed"]) and "lanes_failed" in level["reason"], name
+    run = read_run(DATA / "genai_perf")  # the folder: the summary JSON, with --concurrency 2 from its input_config
+    assert run.levels.attrs["version"].endswith("input_config.perf_analyzer.stimulus, as 0.0.16 writes)")
+    assert run.levels.iloc[0]["in_flight"] == 2
+
+
+def test_perf_analyzer_requests_give_genai_perf_latencies_and_no_invented_token_counts():
+    # genai-perf's CSV for this run: "Request Latency (ms)" p50 "3,033.34"; its TTFT p50 323.53
+    times = _genai_perf_content_ms()
+    gaps = [b - a for t in times for a, b in zip(t, t[1:])]
+    run = read_run(DATA / "genai_perf" / "profile_export.json")
+    level = run.levels.iloc[0]
+    assert run.levels.attrs["format"] == "perf_analyzer" and level["in_flight"] == 2
+    assert len(run.lanes) == level["lanes_ok"] == 24
+    assert level["ttft_p50_ms"] == pytest.approx(323.53, abs=0.005)
+    assert level["e2e_p50_ms"] == pytest.approx(3033.34, abs=0.005)
+    assert level["itl_p50_ms"] == pytest.approx(float(np.median(gaps)))
+    # llama-server streamed no usage and genai-perf's tokenizer is not in the file: NaN, with a reason
+    assert math.isnan(level["output_tokens"]) and "streamed no usage" in level["reason"]
+    # the folder: genai-perf's level (its token totals) with these requests as its lanes
+    folder = read_run(DATA / "genai_perf")
+    assert folder.levels.attrs["format"] == "genai-perf" and folder.levels.iloc[0]["output_tokens"] == 1187
+    assert folder.lanes["ttft_ms"].tolist() == pytest.approx([t[0] for t in times])
+    assert folder.levels.iloc[0]["itl_p50_ms"] == pytest.approx(float(np.median(gaps)))
+
+
+def test_perf_analyzer_usage_rates_unstreamed_answers_and_empty_answers(tmp_path):
+    def request(sent, stamps, responses):
+        return {"timestamp": sent, "request_inputs": {"payload": '{"model": "m"}'},
+                "response_timestamps": stamps, "response_outputs": [{"response": r} for r in responses]}  # fmt: skip
+
+    chunk = 'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+    usage = 'data: {"choices": [], "usage": {"completion_tokens": 3, "prompt_tokens": 7}}\n\n'
+    t0 = 1_800_000_000_000_000_000  # ns: a float would round these to 256 ns
+    doc = {
+        "version": "2.0", "service_kind": "openai", "endpoint": "v1/chat/completions",
+        "experiments": [{"experiment": {"mode": "request_rate", "value": 4.0}, "requests": [
+            # streamed: content at +100, +150 and +250 ms (two events arrived together), then usage
+            request(t0, [t0 + 100_000_001, t0 + 150_000_001, t0 + 250_000_001, t0 + 260_000_001],
+                    [chunk, chunk, chunk + chunk, usage]),
+            # not streamed: one whole answer at +400 ms
+            request(t0 + 1, [t0 + 400_000_001], ['{"choices": [{"message": {"content": "ab"}}]}']),
+            request(t0 + 2, [t0 + 9], ["data: [DONE]\n\n"]),  # nothing with content: genai-perf skips it
+        ]}],
+    }  # fmt: skip
+    path = tmp_path / "profile_export.json"
+    path.write_text(json.dumps(doc))
+    run = read_run(path)
+    lanes, level = run.lanes, run.levels.iloc[0]
+    assert run.levels.attrs["version"] == "perf_analyzer 2.0" and level["rate_rps"] == 4.0
+    assert lanes["ttft_ms"].tolist()[:2] == [100.000001, 400.0]
+    assert lanes["e2e_ms"].tolist()[:2] == [250.000001, 400.0]
+    assert lanes.loc[0, "itl_ms"] == [50.0, 100.0] and lanes.loc[0, "output_tokens"] == 3
+    assert lanes.loc[0, "tpot_ms"] == pytest.approx((250.000001 - 100.000001) / 2)
+    assert math.isnan(lanes.loc[1, "output_tokens"])  # no usage in that answer
+    assert (level["lanes_ok"], level["lanes_failed"]) == (2, 1) and "no response with content" in lanes.loc[2, "error"]
 
 
 def test_inference_perf_report_matches_its_own_summary():

@@ -2,11 +2,13 @@
 
 ``profile_export_aiperf.json`` (genai-perf: ``profile_export_genai_perf.json``) maps each metric to
 ``{"unit": ..., "avg": ..., "p50": ..., ...}`` next to ``input_config`` (the run's settings:
-``phases[].concurrency``/``request_rate`` in AIPerf, ``loadgen`` in its early releases, top-level
-``concurrency``/``request_rate`` in genai-perf) and ``aiperf_version``/``schema_version``.
+``phases[].concurrency``/``request_rate`` in AIPerf, ``loadgen`` in its early releases,
+``perf_analyzer.stimulus`` in genai-perf 0.0.16, top-level ``concurrency``/``request_rate`` in older
+genai-perf) and ``aiperf_version``/``schema_version`` (genai-perf names no version).
 ``profile_export.jsonl`` holds one request a line: ``metadata`` (``request_start_ns``,
 ``request_end_ns``, ``benchmark_phase``) and ``metrics`` (``{"value": ..., "unit": ...}``), or an
-``error``. ``profile_export_aiperf.csv`` has one row per metric (``Metric,avg,min,max,...,p50,...``).
+``error``. ``profile_export_aiperf.csv`` has one row per metric (``Metric,avg,min,max,...,p50,...``);
+genai-perf's CSV adds a second table (``Metric,Value``) for the throughputs and the request count.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import json
 import math
 from typing import Any
 
+import pandas as pd
+
 from toolkit._interop.frames import NAN, lanes_frame, level_from_lanes, levels_frame, make_run, number
+from toolkit._sweep.levels import percentiles
 from toolkit._sweep.result import SweepResult
 
 __all__: list[str] = []
@@ -55,11 +60,22 @@ def _value(stat: Any, key: str = "avg") -> float:
 
 
 def _tool(doc: dict[str, Any]) -> tuple[str, str]:
+    """(format, version understood): AIPerf names its version; genai-perf's exports name none, so the
+    version says which layout was read."""
     if "aiperf_version" in doc:
         return FORMAT, f"aiperf {doc['aiperf_version']}, schema {doc.get('schema_version', '?')}"
-    if "input_config" in doc and "aiperf_version" not in doc:
-        return "genai-perf", "genai-perf (no version field)"
+    if isinstance(doc.get(_CSV_TOOL), tuple):
+        return doc[_CSV_TOOL]
+    if isinstance(doc.get("input_config"), dict):
+        if isinstance(_stimulus(doc["input_config"]), dict):
+            return "genai-perf", "genai-perf (no version field; input_config.perf_analyzer.stimulus, as 0.0.16 writes)"
+        return "genai-perf", "genai-perf (no version field; flat input_config of its older releases)"
     return FORMAT, "aiperf (no version field)"
+
+
+def _stimulus(config: dict[str, Any]) -> Any:
+    analyzer = config.get("perf_analyzer")
+    return analyzer.get("stimulus") if isinstance(analyzer, dict) else None
 
 
 def _load(config: dict[str, Any]) -> tuple[float, float]:
@@ -67,7 +83,16 @@ def _load(config: dict[str, Any]) -> tuple[float, float]:
     phases = [
         p for p in config.get("phases") or [] if isinstance(p, dict) and p.get("kind", "profiling") == "profiling"
     ]
-    source = phases[0] if phases else config.get("loadgen") if isinstance(config.get("loadgen"), dict) else config
+    stimulus = _stimulus(config)
+    source = (
+        phases[0]
+        if phases
+        else config.get("loadgen")
+        if isinstance(config.get("loadgen"), dict)
+        else stimulus
+        if isinstance(stimulus, dict)
+        else config
+    )
     return number(source.get("concurrency")), number(source.get("request_rate"))
 
 
@@ -86,15 +111,19 @@ def _conditions(doc: dict[str, Any], tool: str, version: str) -> dict[str, Any]:
     }
 
 
-def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
-    """The one-level run of a summary export (no per-request columns)."""
+def read_summary(doc: dict[str, Any], *, source: str, lanes: pd.DataFrame | None = None) -> SweepResult:
+    """The one-level run of a summary export; ``lanes`` are its requests where another file holds them
+    (genai-perf's folder: perf_analyzer's ``profile_export.json``)."""
     tool, version = _tool(doc)
     concurrency, rate = _load(doc.get("input_config") or {})
-    reasons = ["per-request columns: a summary export; read profile_export.jsonl for them"]
+    beside = "perf_analyzer's profile_export.json" if tool == "genai-perf" else "profile_export.jsonl"
+    reasons = [] if lanes is not None else [f"per-request columns: a summary export; {beside} holds them"]
     count = _value(doc.get("request_count"))
     errors = _value(doc.get("error_request_count"))
     if math.isnan(errors):
         errors = 0.0 if doc.get("error_summary") == [] else NAN
+    if math.isnan(errors):
+        reasons.append(f"lanes_failed: the {tool} export counts no failed requests")
     wall = _value(doc.get("benchmark_duration")) / 1000  # reported in s
     row: dict[str, Any] = {
         "in_flight": concurrency,
@@ -111,15 +140,22 @@ def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
         "input_tok_s": _value(doc.get("input_token_throughput")),
         "total_tok_s": _value(doc.get("total_token_throughput")),
     }
-    if math.isnan(row["output_tokens"]):  # genai-perf has no total: the mean length times the count
-        row["output_tokens"] = _value(doc.get("output_sequence_length")) * count
+    # genai-perf has no totals: the mean length times the count, a whole number of tokens up to float rounding
+    for total, mean in (("output_tokens", "output_sequence_length"), ("prompt_tokens", "input_sequence_length")):
+        if math.isnan(row[total]) and not math.isnan(_value(doc.get(mean)) * count):
+            row[total] = float(round(_value(doc.get(mean)) * count))
+    if math.isnan(wall):  # genai-perf: its output token throughput is the output tokens over the duration
+        row["wall_s"] = row["output_tokens"] / row["dec_tok_s"]
+        reasons.append("wall_s: output tokens over output token throughput (the export has no duration)")
     for ours, theirs in _LATENCIES.items():
         for p in (50, 95, 99):
             row[f"{ours}_p{p}_ms"] = _value(doc.get(theirs), f"p{p}")
     itl = doc.get("inter_chunk_latency")
     for p in (50, 95, 99):  # the gaps between chunks, as the sweep's ITL is
         row[f"itl_p{p}_ms"] = _value(itl, f"p{p}")
-    if not isinstance(itl, dict):
+    if not isinstance(itl, dict) and lanes is not None:  # the gaps between the requests' content events
+        row.update({k: v for k, v in percentiles(lanes[lanes["outcome"] == "ok"]).items() if k.startswith("itl")})
+    elif not isinstance(itl, dict):
         reasons.append("itl percentiles: the export has no inter_chunk_latency")
     cached = _value(doc.get("overall_usage_prompt_cache_read_pct"))
     row["provider_cached_rate"] = cached / 100
@@ -132,8 +168,8 @@ def read_summary(doc: dict[str, Any], *, source: str) -> SweepResult:
         "total_output_tokens": row["output_tokens"],
     }
     return make_run(
-        lanes_frame([]), levels, fmt=tool, version=version, conditions=_conditions(doc, tool, version),
-        source=source, summary=summary,
+        lanes_frame([]) if lanes is None else lanes, levels, fmt=tool, version=version,
+        conditions=_conditions(doc, tool, version), source=source, summary=summary,
     )  # fmt: skip
 
 
@@ -213,6 +249,9 @@ def parse_jsonl(text: str, *, source: str) -> list[dict[str, Any]]:
     return out
 
 
+_CSV_TOOL = "_format_understood"  # the (format, version) of a summary made from a CSV export
+
+
 def looks_like_csv(text: str) -> bool:
     """Whether ``text`` is AIPerf's summary CSV."""
     return text.lstrip().startswith("Metric,") and "Request Throughput" in text
@@ -220,21 +259,28 @@ def looks_like_csv(text: str) -> bool:
 
 def csv_to_summary(text: str) -> dict[str, Any]:
     """The summary CSV as the JSON export's mapping, for the metrics the reader uses."""
-    names = {
-        "Time to First Token (ms)": ("time_to_first_token", "ms"),
-        "Inter Token Latency (ms)": ("inter_token_latency", "ms"),
-        "Request Latency (ms)": ("request_latency", "ms"),
-        "Request Count (requests)": ("request_count", "requests"),
-        "Request Count": ("request_count", "requests"),
-        "Request Throughput (requests/sec)": ("request_throughput", "requests/sec"),
-        "Output Token Throughput (tokens/sec)": ("output_token_throughput", "tokens/sec"),
-        "Output Sequence Length (tokens)": ("output_sequence_length", "tokens"),
-        "Total Output Tokens (tokens)": ("total_output_tokens", "tokens"),
-        "Benchmark Duration (sec)": ("benchmark_duration", "sec"),
+    names = {  # lower case: genai-perf writes "Time To First Token (ms)", AIPerf "Time to First Token (ms)"
+        "time to first token (ms)": ("time_to_first_token", "ms"),
+        "inter token latency (ms)": ("inter_token_latency", "ms"),
+        "request latency (ms)": ("request_latency", "ms"),
+        "request count (requests)": ("request_count", "requests"),
+        "request count (count)": ("request_count", "requests"),
+        "request count": ("request_count", "requests"),
+        "request throughput (requests/sec)": ("request_throughput", "requests/sec"),
+        "request throughput (per sec)": ("request_throughput", "requests/sec"),
+        "output token throughput (tokens/sec)": ("output_token_throughput", "tokens/sec"),
+        "output sequence length (tokens)": ("output_sequence_length", "tokens"),
+        "input sequence length (tokens)": ("input_sequence_length", "tokens"),
+        "total output tokens (tokens)": ("total_output_tokens", "tokens"),
+        "benchmark duration (sec)": ("benchmark_duration", "sec"),
     }
-    doc: dict[str, Any] = {"aiperf_version": "unknown (CSV export)"}
+    # genai-perf's header has no std column (AIPerf's has); its second table ("Metric,Value") reads under
+    # the first header, so each value lands in "avg"
+    genai_perf = "std" not in text.lstrip().split("\n", 1)[0].strip().split(",")
+    tool = ("genai-perf", "genai-perf CSV export (no version field)") if genai_perf else (FORMAT, "aiperf CSV export")
+    doc: dict[str, Any] = {_CSV_TOOL: tool}
     for row in csv.DictReader(io.StringIO(text)):
-        name = (row.get("Metric") or "").strip()
+        name = (row.get("Metric") or "").strip().lower()
         if name in names:
             key, unit = names[name]
             doc[key] = {"unit": unit, **{k: _float(v) for k, v in row.items() if k != "Metric" and v not in (None, "")}}

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from toolkit._files import read_user_text
-from toolkit._interop import aiperf, guidellm, inference_perf, own, vllm
-from toolkit._interop.frames import levels_frame, make_run
+from toolkit._interop import aiperf, guidellm, inference_perf, own, perf_analyzer, vllm
+from toolkit._interop.frames import lanes_frame, levels_frame, make_run
 from toolkit._sweep.result import SweepResult
 
 __all__ = ["read_run"]
@@ -30,6 +30,8 @@ def read_run(path: str | os.PathLike) -> SweepResult:
     - a GuideLLM benchmarks report (JSON or YAML), one level per benchmark;
     - AIPerf's (or genai-perf's) ``profile_export_aiperf.json`` summary, its ``.csv``, and the per-request
       ``profile_export.jsonl`` (a folder holding them reads the JSONL with the summary's settings);
+    - perf_analyzer's per-request ``profile_export.json``, which genai-perf reads (a folder holding it
+      and ``profile_export_genai_perf.json`` gives genai-perf's level with these requests);
     - an inference-perf lifecycle report (``stage_<n>_lifecycle_metrics.json``);
     - the toolkit's own sweep folder (``levels.csv``, ``runs.csv``, ``lanes.jsonl``, ``run.json``);
     - a folder of result files of one of these formats (a ``vllm bench serve`` sweep writes one file per
@@ -77,7 +79,7 @@ def read_run(path: str | os.PathLike) -> SweepResult:
         return aiperf.read_records(aiperf.parse_jsonl(text, source=source), source=source, summary=beside)
     raise ValueError(
         f"path: {source} is not a run this toolkit reads (vLLM bench serve JSON, GuideLLM report, AIPerf or "
-        "genai-perf export, inference-perf lifecycle report, or a toolkit sweep folder)"
+        "genai-perf export, perf_analyzer profile export, inference-perf lifecycle report, or a toolkit sweep folder)"
     )
 
 
@@ -90,6 +92,8 @@ def _read_doc(doc: Any, *, source: str, folder: Path) -> SweepResult | None:
         return aiperf.read_summary(doc, source=source)
     if inference_perf.looks_like(doc):
         return inference_perf.read(doc, source=source)
+    if perf_analyzer.looks_like(doc):
+        return perf_analyzer.read(doc, source=source)
     return None
 
 
@@ -102,6 +106,13 @@ def _read_folder(folder: Path) -> SweepResult:
         return aiperf.read_records(
             aiperf.parse_jsonl(text, source=str(records)), source=str(records), summary=_aiperf_summary(folder)
         )
+    requests = folder / "profile_export.json"  # genai-perf's folder: its summary, perf_analyzer's requests
+    summary = _aiperf_summary(folder)
+    if summary is not None and requests.is_file():
+        doc = _parse(read_user_text("path", requests, max_bytes=MAX_BYTES))
+        if perf_analyzer.looks_like(doc):
+            lanes = lanes_frame(perf_analyzer.read_lanes(doc)[0])
+            return aiperf.read_summary(summary, source=str(folder), lanes=lanes)
     for name in _AIPERF_FILES:
         if (folder / name).is_file():
             return read_run(folder / name)
