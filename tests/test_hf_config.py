@@ -17,6 +17,7 @@ from toolkit._model.resolve import resolve_model
 
 LLAMA = {"model_type": "llama", "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
 QWEN25 = {"model_type": "qwen2", "tie_word_embeddings": False, "use_sliding_window": False}
+QWEN3 = {"model_type": "qwen3", "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": None}
 
 # catalog name -> its published config.json (the fields read)
 CONFIGS = {
@@ -120,6 +121,30 @@ CONFIGS = {
         "vocab_size": 152064,
         "max_position_embeddings": 131072,
         "sliding_window": 131072,
+        "max_window_layers": 64,
+    },
+    "Qwen3-14B": {
+        **QWEN3,
+        "hidden_size": 5120,
+        "intermediate_size": 17408,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "max_window_layers": 40,
+    },
+    "Qwen3-32B": {
+        **QWEN3,
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
         "max_window_layers": 64,
     },
     "Mistral-7B": {
