@@ -108,7 +108,8 @@ def speculation_config(value: object) -> _Speculation:
     row = methods[method]
     k = check_int("speculation['num_speculative_tokens']", value.get("num_speculative_tokens"), low=1, high=64)
     rate = value.get("acceptance_rate")
-    rates = list(rate) if isinstance(rate, list | tuple | np.ndarray) else [rate] * k
+    several = isinstance(rate, list | tuple) or (isinstance(rate, np.ndarray) and rate.ndim > 0)
+    rates = list(np.ravel(rate)) if several else [rate] * k
     if len(rates) != k:
         raise ValueError(f"speculation['acceptance_rate'] must be one number or {k} (one per speculated token)")
     acceptance = tuple(check_number("speculation['acceptance_rate']", a, low=0, high=1) for a in rates)

@@ -12,14 +12,34 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_array, check_int, check_number
+from toolkit._data import load_csv
 from toolkit._model.cost import CostModel
+from toolkit._model.efficiency import MAX_BATCH
 from toolkit._model.speculation import draft_constants, speculation_config, speculative_step_formula
 from toolkit._model.terms import step_formula
 
-__all__ = ["speculation_crossover_batch", "speculative_decoding"]
+__all__ = ["speculation_crossover_batch", "speculative_decoding", "speculative_methods"]
 
 # the largest batch the crossover search looks at when the cost model sets no cap of its own
 CROSSOVER_MAX_BATCH = 4096
+
+
+def speculative_methods() -> pd.DataFrame:
+    """Return the speculative-decoding methods ``speculation['method']`` may name.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per method (vLLM's ``--speculative-config`` names): ``method``, ``drafter`` (``model``: a
+        draft model from the catalog; ``head``: ``draft_layers`` decoder layers of the target's shape with
+        an output matrix of ``draft_vocab_size`` rows, NaN for the target's vocabulary; ``none``: drafts
+        matched on the CPU), ``draft_layers``, ``draft_vocab_size``, ``source``.
+    """
+    return load_csv("speculative_methods.csv")
 
 
 def _steps(cost: object, speculation: object, batch: np.ndarray, context: float) -> dict[str, np.ndarray]:
@@ -84,7 +104,7 @@ def speculative_decoding(
         ``plain_tpot_ms``, ``speculative_tpot_ms`` (ms) and ``speedup`` (plain over speculative TPOT:
         below 1 where speculation loses to plain decoding).
     """
-    batch = check_array("batch_sizes", batch_sizes, low=1)
+    batch = check_array("batch_sizes", batch_sizes, low=1, high=MAX_BATCH)
     context = check_number("context_tokens", context_tokens, low=1)
     return pd.DataFrame(_steps(cost, speculation, batch, context))
 
@@ -117,7 +137,7 @@ def speculation_crossover_batch(
         fits = int(cost.max_concurrent_seqs(math.ceil(context))) if isinstance(cost, CostModel) else 1
         top = max(1, min(fits, CROSSOVER_MAX_BATCH, int(min(cost.max_batch, CROSSOVER_MAX_BATCH))))
     else:
-        top = check_int("max_batch", max_batch, low=1, high=10**6)
+        top = check_int("max_batch", max_batch, low=1, high=MAX_BATCH)
     speedup = _steps(cost, speculation, np.arange(1, top + 1, dtype=float), context)["speedup"]
     losing = np.flatnonzero(speedup < 1)
     return int(losing[0]) + 1 if losing.size else None
