@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -187,3 +190,16 @@ def test_plan_flags_where_speculation_loses():
     assert row["speculation_speedup"] == pytest.approx(at["speedup"][0])
     with pytest.raises(ValueError, match="acceptance_rate"):
         toolkit.plan(0.5, 500, 200, speculation={**DRAFT, "acceptance_rate": 2}, **args)
+
+
+def test_published_speedups_are_reproduced_within_a_quarter():
+    # the benchmark's own predictions, against the figures its sources published (speculative_published.csv)
+    path = Path(__file__).parent / "benchmarks" / "bench_speculation.py"
+    spec = importlib.util.spec_from_file_location("bench_speculation", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = toolkit.speculative_methods()  # every method a published row names is one the toolkit knows
+    published = bench.load_rows("speculative_published.csv")
+    assert len(published) >= 2 and {row["method"] for row in published} <= set(rows["method"])
+    for row in published:
+        assert abs(bench.predict(row) / row["published"] - 1) <= 0.25, row["id"]
