@@ -96,6 +96,7 @@ def test_a_draft_model_stops_paying_at_a_crossover_batch():
         (_spec("medusa-9", 3, 0.5), "method"),
         (_spec("draft_model", 3, 0.5), "model"),
         (_spec("draft_model", 3, 0.5, model="no-such-model"), "model"),
+        (_spec("draft_model", 3, 0.5, model="Llama-2-7B"), "vocabulary"),
         (_spec("ngram", 3, 0.5, model="Llama-3.2-1B"), "model"),
         (_spec("eagle", 3, 0.5, draft_layers=0), "draft_layers"),
         ({**_spec("ngram", 3, 0.5), "num_spec_tokens": 3}, "num_spec_tokens"),

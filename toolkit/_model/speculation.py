@@ -190,6 +190,10 @@ def draft_constants(cost: Any, spec: _Speculation) -> dict[str, Any] | None:
         tp_mbu_factor=1.0,
         **shared,
     )
+    if draft.model["vocab_size"] != cost.model["vocab_size"]:
+        # the verifier compares the two models' distributions token by token (vLLM checks the sizes match)
+        vocab = f"{draft.model['vocab_size']} tokens against {cost.model['vocab_size']}"
+        raise ValueError(f"speculation['model'] must share the target's vocabulary; {draft.model['name']} has {vocab}")
     return vars(draft)
 
 

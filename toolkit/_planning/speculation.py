@@ -32,7 +32,8 @@ def speculation_columns(
 ) -> pd.DataFrame:
     """``table`` with ``speculation_batch`` (the operating batch), ``speculation_speedup`` and
     ``speculation_pays`` (speedup >= 1) per row; unchanged when ``spec`` is None. A candidate whose drafter
-    cannot run beside it (a draft model whose heads its tensor parallel does not divide) gets NaN and False."""
+    cannot run beside it (a draft model of another vocabulary, or whose heads its tensor parallel does not divide)
+    gets NaN and False."""
     if spec is None:
         return table
     from toolkit._model.speculative_table import _steps  # pandas: plan's table is built already
