@@ -167,6 +167,21 @@ def test_trtllm_kv_cache_is_a_fraction_of_the_memory_left_after_loading():
     assert cm.kv_budget_bytes == pytest.approx(0.9 * (85.90e9 - 70.5537e9 - 1.0e9 - 1.543503872e9))
 
 
+def test_lmdeploy_kv_cache_is_its_cache_max_entry_count_of_the_free_memory():
+    # LMDeploy's TurboMind gives its KV cache cache_max_entry_count (0.8) of the memory free once the
+    # weights are loaded (lmdeploy/messages.py). Llama-2-7B FP16 on one A100 80GB at 4,096 tokens: weights
+    # 6.7384e9 x 2 B = 13.4768 GB, runtime 1.0 GB, activations 4,096 x (4,096 + 3 x 11,008) x 2 B =
+    # 0.30408704 GB; free 85.90 - 13.4768 - 1.0 - 0.30408704 = 71.11911296 GB, x 0.8 = 56.895290368 GB;
+    # FP16 KV is 2 x 32 x 32 x 128 x 2 = 524,288 B/token: 108,519.2 tokens, 108,512 in whole 16-token
+    # blocks, 26 sequences of 4,096
+    row = toolkit.memory("Llama-2-7B", "A100 80GB", "fp16", 4096, backend="lmdeploy").iloc[0]
+    assert row["kv_budget_gb"] == pytest.approx(56.895290368, abs=1e-6)
+    assert row["kv_budget_tokens"] == 108_512 and row["max_concurrent_seqs"] == 26
+    # vLLM's budget at its 0.9 utilisation: 0.9 x 85.90 - 13.4768 - 1.0 - 0.30408704 = 62.52911296 GB
+    vllm = toolkit.memory("Llama-2-7B", "A100 80GB", "fp16", 4096, backend="vllm").iloc[0]
+    assert vllm["kv_budget_gb"] == pytest.approx(62.52911296, abs=1e-6)
+
+
 def test_tensor_parallel_splits_weights_and_kv():
     one = toolkit.memory("Llama-3.1-70B", "H100 SXM", "bf16", 4096, tensor_parallel=4).iloc[0]
     # per GPU: weights 141.1074 / 4 = 35.2769 GB; KV 8 heads / 4 = 2 per GPU -> 2 x 80 x 2 x 128 x 2 B

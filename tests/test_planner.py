@@ -541,6 +541,8 @@ QUESTION = {"arrival_rate": 1.0, "prompt_tokens": 512, "output_tokens": 128}
         ),
         # backend_support.csv: TensorRT-LLM loads no GGUF format
         ({"quants": "q4_k_m", "backends": "trtllm"}, r"no backend asked for \(trtllm\) loads a weight format"),
+        # backend_support.csv: LMDeploy's TurboMind loads AWQ/GPTQ int4 but no int8 weights (lmdeploy/messages.py)
+        ({"quants": "int8", "backends": "lmdeploy"}, r"no backend asked for \(lmdeploy\) loads a weight format"),
         # 70.55e9 parameters x 2 bytes = 141 GB of weights against a T4's 16 GB
         (
             {"models": "Llama-3.1-70B", "gpus": "T4", "quants": "fp16", "tensor_parallel": (1,)},
