@@ -129,3 +129,20 @@ def test_a_stated_run_length_is_simulated_whole():
     out = toolkit.accuracy_against_published(_table({**row, "requests": 100}, {**row, "id": "b", "requests": 200}))
     ratio = out.loc[1, "predicted"] / out.loc[0, "predicted"]
     assert ratio == pytest.approx(2.0, rel=0.1)
+
+
+def test_tensorrt_llm_admits_only_requests_whose_whole_output_fits_the_kv_cache():
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves a request's prompt and whole output at admission: 64
+    # clients of 2,000 + 2,000 tokens on an A100 40GB, whose KV cache holds 43 such requests whole, leave
+    # 21 queued until a running one has decoded all 2,000 tokens: their TTFT is at least 2,000 steps of
+    # 43 sequences, so the mean over the 64 is at least 21/64 of that. vLLM admits on the KV in use now:
+    # all 64 prompts fit (128,000 tokens), and their mean TTFT is a few prefills, under that bound
+    row = {"family": "ttft", "metric": "ttft_ms", "gpu": "A100 40GB", "load_mode": "closed", "load_level": 64}
+    row |= {"input_tokens": 2000, "output_tokens": 2000, "requests": 64}
+    out = toolkit.accuracy_against_published(_table({**row, "engine": "trtllm"}, {**row, "id": "v"}))
+    cm = toolkit.cost_model("Llama-3.1-8B", "A100 40GB", "fp16", backend="trtllm")
+    whole = cm.kv_budget_tokens // 4000
+    assert whole == 43
+    bound_ms = (64 - whole) / 64 * 2000 * float(cm.step_ms(whole, whole * 2000))
+    assert out.loc[0, "predicted"] >= bound_ms
+    assert out.loc[1, "predicted"] < bound_ms

@@ -12,9 +12,10 @@ of ``data/efficiency.csv``, then the engine's and its release's rows of ``data/e
   statistic (mean or median) of TTFT or TPOT, or its output tokens/s. Where the source states its
   run's ``requests``, the simulation sends that many and counts every one, as the source's client
   does (no warm-up: above capacity the queue, and so TTFT, grows with the length of the run); else
-  ``SIM_REQUESTS``, the first 10% left out as warm-up. The simulated engine takes
-  steps of the cost model's ``max_num_batched_tokens`` and runs at most the backend's ``max_batch``
-  sequences (TensorRT-LLM, without one: as many as a step can decode, and the KV cache holds).
+  ``SIM_REQUESTS``, the first 10% left out as warm-up. The simulated engine takes steps of the cost
+  model's ``max_num_batched_tokens`` and runs at most the backend's ``max_batch`` sequences (TensorRT-
+  LLM, without one: as many as a step decodes and, its default GUARANTEED_NO_EVICT admission reserving
+  each request's prompt and whole output, as many as the KV cache holds whole).
 - ``offline`` with the engine choosing the batch: the steady state of continuous batching at the
   batch the KV cache (and the backend's cap) holds for ``input + output`` tokens: each decode step
   of that batch at the mean context is followed by the ``batch x input / output`` prompt tokens
@@ -78,8 +79,7 @@ SIM_REQUESTS = 400
 
 
 def _setup(row: pd.Series) -> tuple:
-    """The hashable deployment of a row: model, gpu, weights, kv_dtype, tensor parallel, engine and
-    its release (None where the source gives none)."""
+    """The hashable deployment of a row: model, gpu, weights, kv_dtype, TP, engine, release (or None)."""
     version = row["engine_version"]
     return (
         row["model"],
@@ -158,14 +158,14 @@ def _offline(cm: CostModel, metric: str, isl: float, osl: float, batch: float) -
 def _simulated(setup: tuple, isl: int, osl: int, mode: str, level: float, requests: int | None) -> pd.Series:
     """Summary of one simulated run (cached: a row's TTFT, TPOT and throughput share a run) of the
     source's ``requests``, all counted, or where None of ``SIM_REQUESTS`` after a 10% warm-up."""
-
     cm = _cost(setup, False)
     load = {"concurrency": int(level)} if mode == "closed" else {"arrival_rate": level}
-    # the engine's own scheduling limits: steps of the max_num_batched_tokens its memory was sized for,
-    # and its cap on running sequences, or where it has none (TensorRT-LLM) as many as those steps
-    # can decode (the KV cache bounds them too), not simulate()'s defaults (256 and 2,048)
+    # the engine's own limits (steps of the max_num_batched_tokens its memory was sized for, its cap on running
+    # sequences, or as many as those steps decode), not simulate()'s defaults (256 and 2,048)
     budget = cm.max_num_batched_tokens
     batch = int(min(cm.max_batch, budget))
+    if setup[5] == "trtllm":  # GUARANTEED_NO_EVICT (engine_scheduling.csv): prompt and whole output reserved
+        batch = max(1, min(batch, int(cm.max_concurrent_seqs(isl + osl))))
     runs = {"num_requests": SIM_REQUESTS} if requests is None else {"num_requests": requests, "warmup_fraction": 0.0}
     engine = {"cost": cm, "progress": False, "max_batch": batch, "max_num_batched_tokens": budget}
     result = simulate(prompt_tokens=isl, output_tokens=osl, **runs, **load, **engine)
