@@ -93,6 +93,7 @@ def requests_frame(
     for column in trace.columns:
         if column not in frame:
             frame[column] = trace[column].to_numpy()
+    frame.attrs.update(trace.attrs)  # the block size of prefix_blocks, the trace's source and scaling
     return frame
 
 
