@@ -7,8 +7,8 @@ One local llama-server (Gemma-3-270M, 8 slots, one unified KV cache, ``--swa-ful
 - a session workload (``toolkit.session_workload``): chat sessions sharing a few system prompts,
   replayed closed loop per session (the next turn after the answer and the think time);
 - a Mooncake slice scaled to the server: five minutes of the synthetic trace (from minute 10), the
-  requests whose prompt opens with one of its six most frequent first blocks (agent templates),
-  lengths and blocks divided by 64 (8-token blocks) and time compressed so that it runs in about 40 s.
+  requests whose prompt opens with one of its four most frequent first blocks (agent templates),
+  lengths and blocks divided by 64 (8-token blocks) and time compressed so that it runs in 60 s.
 
 The model is calibrated on the profile (``toolkit.calibrate``, as the report does) and each replay is
 predicted by ``toolkit.simulate`` with ``backend="llamacpp"`` (the server's slots and its
@@ -50,8 +50,8 @@ SESSIONS = {
     "system_prompts": 3, "zipf_exponent": 1.0, "prefix_block_tokens": 16, "seed": 7,
 }  # fmt: skip
 MOONCAKE = {"name": "mooncake-synthetic", "start_s": 600, "duration_s": 300, "token_scale": 1 / 64}
-MOONCAKE_ROOTS = 6
-MOONCAKE_SPAN_S = 40.0
+MOONCAKE_ROOTS = 4
+MOONCAKE_SPAN_S = 60.0
 
 
 def _mooncake_slice(tk):
@@ -113,15 +113,18 @@ def main() -> None:
     host = measure_host()
     sessions = tk.session_workload(**SESSIONS)
     mooncake = _mooncake_slice(tk)
-    replays, others = {}, {}
+    replays, others, phase_s = {}, {}, {}
     with tk.LlamaServer(parallel=SLOTS, extra_args=["--swa-full"]) as server:
         before = host_state.sample(server.pid)
         profiled = tk.profile(server=server, repeats=1, progress=False)
         others["profile"] = host_state.conditions(before, host_state.sample(server.pid))["other_cpu_share"]
+        phase_s["profile"] = round(host_state.sample(server.pid).wall_s - before.wall_s, 1)
         for name, trace, seed in (("sessions", sessions, 1), ("mooncake", mooncake, 2)):
             before = host_state.sample(server.pid)
             replays[name] = tk.replay_trace(trace, server=server, progress=False, seed=seed)
-            others[name] = host_state.conditions(before, host_state.sample(server.pid))["other_cpu_share"]
+            after = host_state.sample(server.pid)
+            others[name] = host_state.conditions(before, after)["other_cpu_share"]
+            phase_s[name] = round(after.wall_s - before.wall_s, 1)
     fitted = tk.calibrate(profiled, MODEL, host, QUANT)
     cm = tk.cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=512)
     shares = {k: round(float(v), 4) for k, v in others.items()}
@@ -132,6 +135,7 @@ def main() -> None:
         "date": started,
         "ended": dt.datetime.now().isoformat(timespec="seconds"),
         "wall_s": round(time.perf_counter() - t0, 1),
+        "phase_s": phase_s,
         "server": f"llama-server, Gemma-3-270M Q4_K_M, --parallel {SLOTS}, --kv-unified, --swa-full",
         "session_workload": {k: list(v) if isinstance(v, tuple) else v for k, v in SESSIONS.items()},
         "mooncake_slice": MOONCAKE | {"token_scale": "1/64", "roots": MOONCAKE_ROOTS, "span_s": MOONCAKE_SPAN_S},

@@ -14,8 +14,11 @@ A session (rows with ``session_id`` and ``turn``, as :func:`toolkit.session_work
 conversation: its first turn is sent at its ``arrival_s`` (sessions arrive open loop), each later turn
 ``think_time_s`` after the previous answer has arrived (closed loop), as the whole chat so far: every
 earlier user message, the answer the server actually gave to it as the assistant's message, then the
-new user message of ``prompt_tokens - previous prompt_tokens - previous output_tokens`` tokens (the
-trace's new user tokens; the chat template adds its own per turn). A turn whose predecessor failed
+new user message, sized so that the whole prompt reaches the row's ``prompt_tokens``: the row's length
+less the server's count of the previous prompt (``usage.prompt_tokens``), of its answer
+(``usage.completion_tokens``) and the chat template's tokens for one more exchange, which one request
+of three messages measures before the sessions start (without those counts, the trace's new user
+tokens: the row's prompt less the previous row's prompt and answer). A turn whose predecessor failed
 or was not sent is not sent either. The first turn's text comes from its blocks, so sessions that
 drew the same system prompt open with the same text.
 """
@@ -123,7 +126,11 @@ async def send_sessions(
     sent. A turn never sent keeps an empty row. Returns the template's tokens per exchange it measured
     (NaN when the server did not say)."""
     stop_at = math.inf if deadline_s is None else time.perf_counter() + deadline_s
-    overhead = await _exchange_tokens(exchange, body_for, filler, seed)
+    try:  # the probe counts against the deadline too; without its answer the trace's user tokens are sent
+        async with asyncio.timeout(None if math.isinf(stop_at) else max(0.0, stop_at - time.perf_counter())):
+            overhead = await _exchange_tokens(exchange, body_for, filler, seed)
+    except TimeoutError:
+        overhead = math.nan
 
     def new_text(i: int, before: dict[str, Any]) -> str:
         known = before["prompt_tokens"] + before["output_tokens"] + overhead
