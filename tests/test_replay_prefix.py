@@ -9,6 +9,7 @@ kept, a slot reuses the whole common prefix (``update_slots`` in tools/server/se
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pandas as pd
 import pytest
 from fault_server import FaultServer
@@ -16,6 +17,7 @@ from fault_server import FaultServer
 import toolkit
 from toolkit._sweep.conversation import block_text
 from toolkit._sweep.filler import Filler
+from toolkit._sweep.replay_result import replay_summary, requests_frame
 
 BLOCK = 16
 
@@ -136,3 +138,19 @@ def test_session_turns_must_be_numbered_from_zero():
     trace["think_time_s"] = [0.0, -1.0]
     with pytest.raises(ValueError, match="think_time_s"):
         toolkit.replay_trace(trace, "http://127.0.0.1:9", progress=False)
+
+
+def test_cached_tokens_fall_back_to_llama_cpp_timings_and_sum_to_the_hit_rate():
+    filler = Filler(words=("a", "b"), template_tokens=0.0, tokens_per_word=1.0, method="tokenize")
+    trace = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [100, 50], "output_tokens": [2, 2]})
+    rows = [
+        {"sent_s": 0.0, "lateness_ms": 0.0, "end_s": 0.5, "outcome": "ok", "prompt_tokens": 100.0, "output_tokens": 2.0,
+         "cached_tokens": float("nan"), "server_cache_n": 40.0},
+        {"sent_s": 1.0, "lateness_ms": 0.0, "end_s": 1.5, "outcome": "ok", "prompt_tokens": 50.0, "output_tokens": 2.0,
+         "cached_tokens": 10.0, "server_cache_n": 10.0},
+    ]  # fmt: skip
+    frame = requests_frame(trace, rows, np.array([100, 50]), np.array([2, 2]), filler)
+    assert frame["cached_tokens"].tolist() == [40.0, 10.0]  # usage's count where given, else timings.cache_n
+    assert frame["scheduled_s"].tolist() == [0.0, 1.0]  # open loop: due at the trace's arrival
+    summary, _ = replay_summary(frame, max_lateness_ms=50.0, prompt_method="tokenize")
+    assert summary.loc[0, "prefix_hit_rate"] == pytest.approx(50 / 150)
