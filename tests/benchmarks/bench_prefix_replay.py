@@ -17,9 +17,11 @@ points, TTFT p50 and p90 within 15%.
 
 ``--swa-full``: Gemma 3 has sliding-window layers, whose KV llama.cpp cannot cut back to an arbitrary
 position, so without it a slot reuses a prompt only up to the checkpoints it took (where the last user
-message starts, and 4 tokens before a prompt's end): two prompts sharing half their text share one
-token. With the whole window kept the server reuses the common prefix, the rule the simulator models;
-nor does it checkpoint, so the profile is calibrated without the checkpoint breaks.
+message starts, and 4 tokens before a prompt's end): two 122-token prompts sharing their first 95 of 98
+words shared 1 token, an identical one 117. With the whole window kept the server reuses the common
+prefix (104 and 121 tokens there), the rule the simulator models. The profile is calibrated without the
+checkpoint breaks of ``toolkit._sweep.llama_server.SCHEDULING``, on the assumption that a server that
+never restores a checkpoint does not cut its prefills for one either.
 
 Both sides count whole prompts: the chat template's tokens are part of the server's counts (its
 opening, 9 tokens here, is shared by every prompt), while the trace's blocks model only the text.
