@@ -15,7 +15,7 @@ import pytest
 from fault_server import FaultServer
 
 import toolkit
-from toolkit._sweep.conversation import block_text
+from toolkit._sweep.conversation import block_text, sessions_of
 from toolkit._sweep.filler import Filler
 from toolkit._sweep.replay_result import replay_summary, requests_frame
 
@@ -154,3 +154,13 @@ def test_cached_tokens_fall_back_to_llama_cpp_timings_and_sum_to_the_hit_rate():
     assert frame["scheduled_s"].tolist() == [0.0, 1.0]  # open loop: due at the trace's arrival
     summary, _ = replay_summary(frame, max_lateness_ms=50.0, prompt_method="tokenize")
     assert summary.loc[0, "prefix_hit_rate"] == pytest.approx(50 / 150)
+
+
+def test_sessions_may_be_named_and_block_ids_negative():
+    names = pd.DataFrame({"session_id": ["b", "a", "b", "a"], "turn": [1, 0, 0, 1]})
+    # sessions in order of first appearance ("b", then "a"), each session's rows in turn order
+    assert [rows.tolist() for rows in sessions_of(names)] == [[2, 0], [1, 3]]
+    filler = Filler(
+        words=tuple(f"w{i}" for i in range(50)), template_tokens=0.0, tokens_per_word=1.0, method="tokenize"
+    )
+    assert block_text(filler, (-5, 2), 20, 16, seed=1) != block_text(filler, (5, 2), 20, 16, seed=1)

@@ -41,6 +41,8 @@ from toolkit._sweep.filler import Filler
 __all__: list[str] = []
 
 SESSION_COLUMNS = ("session_id", "turn")
+# a block id seeds its text as a 64-bit word: numpy's seeds are non-negative, a trace's ids need not be
+_ID_MASK = 2**64 - 1
 
 
 def block_text(filler: Filler, ids: tuple[int, ...], n_tokens: int, block_tokens: int, seed: int) -> str:
@@ -54,7 +56,7 @@ def block_text(filler: Filler, ids: tuple[int, ...], n_tokens: int, block_tokens
             break
         n_words = max(1, round(min(block_tokens, left) / filler.tokens_per_word))
         full = max(1, round(block_tokens / filler.tokens_per_word))
-        rng = np.random.default_rng([seed, int(block)])
+        rng = np.random.default_rng([seed, int(block) & _ID_MASK])
         parts.append(" " + " ".join(words[rng.integers(0, len(words), full)][:n_words]))
         left -= block_tokens
     return "".join(parts)
@@ -90,9 +92,10 @@ def conversation_columns(
 def sessions_of(trace: pd.DataFrame) -> list[np.ndarray]:
     """The rows of each session, in turn order; a ValueError when ``turn`` is not 0, 1, ... per session."""
     turn = trace["turn"].to_numpy()
-    order = np.lexsort((turn, trace["session_id"].to_numpy()))
+    session = pd.factorize(trace["session_id"])[0]  # any hashable ids: numbers or names
+    order = np.lexsort((turn, session))
     out = []
-    for rows in np.split(order, np.flatnonzero(np.diff(trace["session_id"].to_numpy()[order])) + 1):
+    for rows in np.split(order, np.flatnonzero(np.diff(session[order])) + 1):
         if not np.array_equal(turn[rows], np.arange(len(rows))):
             raise ValueError(
                 f"trace turn must number each session's turns 0, 1, 2, ...; session "
