@@ -228,7 +228,8 @@ async def _profile(
 
             def body_for(i: int, r: pd.DataFrame = requests, s: int = seeds) -> dict[str, Any]:
                 p, o = int(r["prompt_tokens"].iloc[i]), int(r["output_tokens"].iloc[i])
-                return _body(ses.filler, model, p, o, True, extra_body, s + i)
+                text = ses.filler.text(ses.filler.words_for(p), seed=s + i)
+                return _body([{"role": "user", "content": text}], model, o, True, extra_body)
 
             before = host_state.sample(pid)
             arrivals = requests["arrival_s"].to_numpy(float)

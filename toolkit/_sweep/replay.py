@@ -8,6 +8,11 @@ its output is held to the row's ``output_tokens`` with ``max_tokens`` and, when 
 did in production. Whether it did is measured, not assumed: ``output_exact`` compares the server's
 ``usage.completion_tokens`` with the target.
 
+A trace with ``prefix_blocks`` sends prompts built block by block, one fixed text per block id, so
+requests with equal leading block ids send byte-identical prefixes; rows with ``session_id`` and
+``turn`` are replayed as conversations, closed loop per session (:mod:`toolkit._sweep.conversation`).
+Each request records the prompt tokens the server reports it reused (``cached_tokens``).
+
 Rows are sent in order of ``arrival_s`` (as :func:`toolkit.simulate` reads a trace), whatever their
 order in the frame, and each prompt is built as its row is sent, so memory does not grow with the
 trace.
@@ -33,12 +38,12 @@ from tqdm.auto import tqdm
 from toolkit._args import check_int, check_number
 from toolkit._queueing.workload import _trace_columns
 from toolkit._sweep.blocking import run_blocking
-from toolkit._sweep.filler import Filler
+from toolkit._sweep.conversation import block_text, conversation_columns, send_sessions
 from toolkit._sweep.lanes import _exchange
 from toolkit._sweep.llama_server import LlamaServer
 from toolkit._sweep.plan import _api_key
 from toolkit._sweep.records import _record, _Stream
-from toolkit._sweep.replay_result import ReplayResult, replay_summary
+from toolkit._sweep.replay_result import ReplayResult, replay_summary, requests_frame
 from toolkit._sweep.session import check_target, session
 
 __all__ = ["replay_trace"]
@@ -70,8 +75,14 @@ def replay_trace(
     trace : pandas.DataFrame
         One request per row: ``arrival_s`` (s from the start), ``prompt_tokens``, ``output_tokens``
         (integers >= 1), as :func:`toolkit.load_trace` returns (use its ``time_scale`` and
-        ``token_scale`` to fit a production hour to a small server). Other columns are carried into
-        the result.
+        ``token_scale`` to fit a production hour to a small server; ``token_scale`` scales prefix
+        blocks too). Other columns are carried into the result. With ``prefix_blocks`` (and
+        ``attrs["prefix_block_tokens"]``, as :func:`toolkit.load_trace` and
+        :func:`toolkit.session_workload` give) each prompt is built from one fixed text per block id;
+        with ``session_id`` and ``turn`` (and optionally ``think_time_s``) each session is one chat,
+        its first turn sent at ``arrival_s``, each later turn ``think_time_s`` after the previous
+        answer arrived, carrying the chat so far with the server's actual answers, its new user
+        message sized so the whole prompt reaches the row's ``prompt_tokens``.
     base_url : str or None
         The server's root, ``http://host:port``. With neither ``base_url`` nor ``server``, a local
         :class:`toolkit.LlamaServer` serving the default model is started for the replay and stopped
@@ -96,7 +107,7 @@ def replay_trace(
         The client is said to have fallen behind when the 99th percentile of ``lateness_ms`` exceeds
         this (> 0).
     seed : int
-        Seed of the filler words (0 to 2**62).
+        Seed of the filler words and of each block's text (0 to 2**62).
     api_key : str or None
         Bearer token; None reads the environment variable ``api_key_env``. Sent to ``base_url`` only.
     api_key_env : str or None
@@ -142,8 +153,13 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(a[name], bool):
             raise ValueError(f"{name} must be True or False, got {a[name]!r}")
     deadline = a["deadline_s"]
+    trace = a["trace"]
+    blocks, sessions, think = conversation_columns(trace, prompt, output)
     return {
-        "trace": a["trace"],
+        "trace": trace,
+        "blocks": blocks,
+        "sessions": sessions,
+        "think_s": think,
         "arrival_s": arrival,
         "prompt_tokens": prompt.astype(int),
         "output_tokens": output.astype(int),
@@ -161,29 +177,63 @@ def _check(a: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _replay(
-    *, trace, arrival_s, prompt_tokens, output_tokens, base_url, model, exact_output, timeout_s, deadline_s,
-    max_lateness_ms, seed, api_key, extra_body, progress, started,
+    *, trace, blocks, sessions, think_s, arrival_s, prompt_tokens, output_tokens, base_url, model, exact_output,
+    timeout_s, deadline_s, max_lateness_ms, seed, api_key, extra_body, progress, started,
 ) -> ReplayResult:  # fmt: skip
     until = math.inf if deadline_s is None else started + deadline_s
     bound = f"replay_trace's deadline_s={deadline_s:g} s" if deadline_s is not None else ""
     async with session(base_url, model, api_key, timeout_s, seed, until=until, bound=bound) as ses:
         model, filler = ses.model, ses.filler
 
-        def body_for(i: int) -> dict[str, Any]:
-            return _body(filler, model, prompt_tokens[i], output_tokens[i], exact_output, extra_body, seed + i)
+        def first_text(i: int) -> str:
+            if blocks is None:
+                return filler.text(filler.words_for(int(prompt_tokens[i])), seed=seed + i)
+            return block_text(filler, blocks[1][i], prompt_tokens[i] - filler.template_tokens, blocks[0], seed)
+
+        def body_for(i: int, messages: list[dict[str, str]] | None = None) -> dict[str, Any]:
+            messages = messages or [{"role": "user", "content": first_text(i)}]
+            return _body(messages, model, output_tokens[i], exact_output, extra_body)
 
         left = None if deadline_s is None else until - time.monotonic()
-        rows = await _send_all(
-            ses.client, ses.chat_url, ses.auth, body_for, arrival_s, timeout_s, left, ses.secrets, progress
-        )
+        turn_tokens = None
+        if sessions is None:
+            rows = await _send_all(
+                ses.client, ses.chat_url, ses.auth, body_for, arrival_s, timeout_s, left, ses.secrets, progress
+            )
+        else:
+            rows = [{} for _ in arrival_s]
+            turn_tokens = await send_sessions(
+                sessions[0],
+                arrival_s=arrival_s,
+                think_s=think_s,
+                prompt_tokens=prompt_tokens,
+                new_user_tokens=sessions[1],
+                filler=filler,
+                seed=seed,
+                first_text=first_text,
+                body_for=body_for,
+                exchange=lambda body, sent: _exchange(
+                    ses.client, ses.chat_url, body, auth=ses.auth, timeout_s=timeout_s, secrets=ses.secrets, start=sent
+                ),
+                cancelled=lambda sent: _record(_Stream(), sent, time.perf_counter(), f"cancelled: {bound} was reached"),
+                rows=rows,
+                deadline_s=left,
+                progress=progress,
+            )
+            for row in rows:
+                if not row:
+                    row.update(outcome="not_sent", error=f"not sent: {bound} came first")
     root = ses.root
-    requests = _requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
+    requests = requests_frame(trace, rows, prompt_tokens, output_tokens, filler)
     params = {
         "base_url": root,
         "model": model,
         "requests": len(trace),
         "exact_output": exact_output,
         "prompt_method": filler.method,
+        "prefix_block_tokens": None if blocks is None else blocks[0],
+        "closed_loop_sessions": None if sessions is None else len(sessions[0]),
+        "turn_template_tokens": turn_tokens,
         "template_tokens": filler.template_tokens,
         "tokens_per_word": filler.tokens_per_word,
         "max_lateness_ms": max_lateness_ms,
@@ -193,14 +243,12 @@ async def _replay(
     return ReplayResult(requests=requests, summary=summary, params=params, warnings=tuple(warnings))
 
 
-def _body(
-    filler: Filler, model: str, n_prompt: int, n_output: int, exact: bool, extra: dict, seed: int
-) -> dict[str, Any]:
-    """One request's body: a prompt of ``n_prompt`` tokens from words seeded with ``seed``."""
+def _body(messages: list[dict[str, str]], model: str, n_output: int, exact: bool, extra: dict) -> dict[str, Any]:
+    """One request's body: the chat ``messages``, its answer held to ``n_output`` tokens."""
     body = {
         **extra,
         "model": model,
-        "messages": [{"role": "user", "content": filler.text(filler.words_for(int(n_prompt)), seed=seed)}],
+        "messages": messages,
         "max_tokens": int(n_output),
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -262,32 +310,3 @@ async def _send_all(
         if not row:
             row.update(outcome="not_sent", error=f"not sent: {bound} came first")
     return rows
-
-
-def _requests_frame(
-    trace: pd.DataFrame, rows: list[dict], prompt_tokens: np.ndarray, output_tokens: np.ndarray, filler: Filler
-) -> pd.DataFrame:
-    frame = pd.DataFrame(rows).reindex(columns=_RECORD_COLUMNS)
-    frame.insert(0, "trace_row", np.arange(len(trace)))
-    frame.insert(1, "arrival_s", trace["arrival_s"].to_numpy(dtype=float))
-    frame["prompt_tokens_target"] = prompt_tokens
-    frame["output_tokens_target"] = output_tokens
-    frame["prompt_words"] = [filler.words_for(int(n)) for n in prompt_tokens]
-    # a prompt needs the chat template's own tokens plus one word: a shorter target cannot be met
-    frame["prompt_reachable"] = prompt_tokens >= filler.template_tokens + filler.tokens_per_word
-    ok = frame["outcome"].eq("ok")
-    frame["output_exact"] = ok & frame["output_tokens"].eq(frame["output_tokens_target"])
-    frame["prompt_exact"] = ok & frame["prompt_tokens"].eq(frame["prompt_tokens_target"])
-    for column in trace.columns:
-        if column not in frame:
-            frame[column] = trace[column].to_numpy()
-    return frame
-
-
-# a record's columns (see toolkit._sweep.lanes) after the replay's own timing columns
-_RECORD_COLUMNS = [
-    "sent_s",
-    "lateness_ms",
-    "end_s",
-    *_record(_Stream(), 0.0, 0.0, "").keys(),
-]

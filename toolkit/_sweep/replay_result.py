@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from toolkit._sweep.records import unknown_output
+from toolkit._sweep.filler import Filler
+from toolkit._sweep.records import _record, _Stream, unknown_output
 
 __all__ = ["ReplayResult"]
 
@@ -24,14 +25,18 @@ class ReplayResult:
     ----------
     requests : pandas.DataFrame
         One row per trace row, in trace order: ``trace_row`` (position in the trace), ``arrival_s``
-        (scheduled send, s from the start), ``sent_s`` (actual send, s), ``lateness_ms`` (sent minus
+        (the trace's send time, s from the start), ``scheduled_s`` (when it was due: ``arrival_s``,
+        or for a later session turn the previous answer's end plus ``think_time_s``), ``sent_s``
+        (actual send, s), ``lateness_ms`` (sent minus
         scheduled, ms), ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``itl_ms_p50``, ``itl_ms_max`` (ms, as
         the sweep defines them), ``prompt_tokens`` and ``output_tokens`` (the server's usage counts;
         NaN where it reported none, or where its completion count contradicts the chunks received,
         then ``usage_disagrees``; ``content_chunks`` holds the chunks),
         ``prompt_tokens_target`` and ``output_tokens_target`` (the trace's), ``prompt_exact`` and
-        ``output_exact`` (the two agree), ``prompt_words`` (filler words sent), ``prompt_reachable``
-        (the target is at least the chat template's tokens plus one word), ``cached_tokens``,
+        ``output_exact`` (the two agree), ``prompt_words`` (filler words sent, in every user message), ``prompt_reachable``
+        (the target is at least the chat template's tokens plus one word), ``cached_tokens`` (prompt
+        tokens the server reused from its cache: ``usage.prompt_tokens_details.cached_tokens``, else
+        llama.cpp's ``timings.cache_n``, also in ``server_cache_n``),
         ``outcome`` (``ok``, ``error`` or ``not_sent``), ``error`` (text), ``status_code``,
         ``end_s`` (s), llama.cpp's ``server_*`` timings and the trace's other columns. A failure is
         never a zero: its latencies and counts are NaN.
@@ -43,13 +48,17 @@ class ReplayResult:
         (targets below the template's floor), ``prompt_tokens_error_mean`` (mean absolute miss where
         reachable, tokens), ``duration_s`` (first send to last completion), ``offered_rps`` (requests
         sent per second of the trace's span), ``achieved_rps`` (successes per second of
-        ``duration_s``), ``output_tok_s`` (NaN when an output count is unknown), ``ttft_p50_ms`` ...
+        ``duration_s``), ``output_tok_s`` (NaN when an output count is unknown),
+        ``cached_tokens`` (their sum over successes), ``prefix_hit_rate`` (that sum over the prompt
+        tokens of the successes that report both), ``ttft_p50_ms`` ...
         ``e2e_p99_ms`` (50th, 90th, 99th
         percentiles of successful requests), ``itl_p50_ms`` (median of the per-request medians),
         ``itl_max_ms``, ``lateness_p50_ms``, ``lateness_p99_ms``, ``lateness_max_ms``,
         ``late_sends`` (sends later than ``max_lateness_ms``) and ``fell_behind``.
     params : dict
-        Server, model, how prompts were sized (``prompt_method``: ``tokenize`` when the server's
+        Server, model, ``prefix_block_tokens`` (None without prefix blocks), ``closed_loop_sessions``
+        (sessions replayed, None without), ``turn_template_tokens`` (the chat template's tokens per
+        further exchange, measured with one request before a session replay), how prompts were sized (``prompt_method``: ``tokenize`` when the server's
         ``/tokenize`` picked one-token words, ``calibrated`` otherwise; ``template_tokens`` and
         ``tokens_per_word`` of the fitted line) and the arguments.
     warnings : tuple of str
@@ -63,9 +72,46 @@ class ReplayResult:
     warnings: tuple[str, ...] = ()
 
 
+def requests_frame(
+    trace: pd.DataFrame, rows: list[dict], prompt_tokens: np.ndarray, output_tokens: np.ndarray, filler: Filler
+) -> pd.DataFrame:
+    """The replay's per-request frame (columns on :class:`ReplayResult`) from its rows, in trace order."""
+    frame = pd.DataFrame(rows).reindex(columns=_RECORD_COLUMNS)
+    frame.insert(0, "trace_row", np.arange(len(trace)))
+    frame.insert(1, "arrival_s", trace["arrival_s"].to_numpy(dtype=float))
+    frame["scheduled_s"] = frame["scheduled_s"].fillna(frame["arrival_s"].where(frame["sent_s"].notna()))
+    # a server that reports only llama.cpp's timings.cache_n still says what it reused
+    frame["cached_tokens"] = frame["cached_tokens"].fillna(frame["server_cache_n"])
+    frame["prompt_tokens_target"] = prompt_tokens
+    frame["output_tokens_target"] = output_tokens
+    frame["prompt_words"] = frame["prompt_words"].fillna(pd.Series([filler.words_for(int(n)) for n in prompt_tokens]))
+    # a prompt needs the chat template's own tokens plus one word: a shorter target cannot be met
+    frame["prompt_reachable"] = prompt_tokens >= filler.template_tokens + filler.tokens_per_word
+    ok = frame["outcome"].eq("ok")
+    frame["output_exact"] = ok & frame["output_tokens"].eq(frame["output_tokens_target"])
+    frame["prompt_exact"] = ok & frame["prompt_tokens"].eq(frame["prompt_tokens_target"])
+    for column in trace.columns:
+        if column not in frame:
+            frame[column] = trace[column].to_numpy()
+    frame.attrs.update(trace.attrs)  # the block size of prefix_blocks, the trace's source and scaling
+    return frame
+
+
+# a record's columns (see toolkit._sweep.lanes) after the replay's own timing columns
+_RECORD_COLUMNS = ["scheduled_s", "sent_s", "lateness_ms", "end_s", "prompt_words", *_record(_Stream(), 0.0, 0.0, "")]
+
+
 def _percentile(values: pd.Series, q: float) -> float:
     values = values.dropna()
     return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def _hit_rate(ok: pd.DataFrame) -> float:
+    if "cached_tokens" not in ok:
+        return float("nan")
+    known = ok[ok["cached_tokens"].notna() & ok["prompt_tokens"].notna()]
+    prompt = float(known["prompt_tokens"].sum())
+    return float(known["cached_tokens"].sum()) / prompt if prompt > 0 else float("nan")
 
 
 def replay_summary(
@@ -99,6 +145,9 @@ def replay_summary(
         else float("nan"),
         "output_unknown": n_ok - len(counted),
         "prompt_unknown": int(ok["prompt_tokens"].isna().sum()),
+        "cached_tokens": float(ok["cached_tokens"].sum()) if "cached_tokens" in ok else float("nan"),
+        # the share of prompt tokens the server reported reused, over the answers that report both counts
+        "prefix_hit_rate": _hit_rate(ok),
     }
     for metric in ("ttft", "tpot", "e2e"):
         for q in _PERCENTILES:
