@@ -51,18 +51,16 @@ def check_prefix_blocks(trace: pd.DataFrame) -> tuple[int, np.ndarray, np.ndarra
     return int(block), ids, np.concatenate([[0], np.cumsum(counts)])
 
 
-def _codes(ids: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes of ``ids`` (equal ids, equal codes) and how many distinct. Most blocks of a trace are a
-    request's own: an id alone in its bucket of a power-of-two hash table (its low bits) is certainly
-    used once and takes a fresh code, so only the rest go through pandas' hash table."""
+def _codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Whether each of ``ids`` is certainly used once (``alone``: most blocks of a trace are a request's
+    own; such an id is alone in its bucket of a power-of-two hash table, its low bits), and dense codes
+    for the others (``codes[~alone]``, equal ids equal codes, ``0 .. distinct - 1``) from pandas' hash
+    table: the codes, ``alone`` and ``distinct``."""
     size = 1 << (2 * ids.size).bit_length()
     bucket = ids & (size - 1)
     alone = np.bincount(bucket, minlength=size)[bucket] == 1
-    codes = np.empty(ids.size, dtype=np.int64)
-    rest, distinct = pd.factorize(ids[~alone])
-    codes[~alone] = rest
-    codes[alone] = np.arange(distinct.size, distinct.size + ids.size - rest.size)
-    return codes, distinct.size + ids.size - rest.size
+    codes, distinct = pd.factorize(ids[~alone])
+    return codes, alone, distinct.size
 
 
 def segments(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,28 +68,43 @@ def segments(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarr
     (at least one each): per request its segment ids, flattened (``seg``, row r's at
     ``seg[seg_offsets[r]:seg_offsets[r + 1]]``), and per segment id its blocks."""
     n = ids.size
-    codes, n_ids = _codes(ids)
+    codes, alone, distinct = _codes(ids)
+    shared = ~alone
     first = np.zeros(n, dtype=bool)
     first[offsets[:-1]] = True
-    before = np.empty(n, dtype=np.int64)  # the block before each occurrence (-1: the prompt's first)
-    before[1:] = codes[:-1]
+    # per position its id's code, and each id used once a distinct negative one
+    code = -2 - np.arange(n, dtype=np.int64)
+    code[shared] = codes
+    # the block before each occurrence of a shared id (-1: the prompt's first)
+    before = np.empty(n, dtype=np.int64)
+    before[1:] = code[:-1]
     before[first] = -1
-    seen = np.empty(n_ids, dtype=np.int64)
+    before = before[shared]
+    seen = np.empty(distinct, dtype=np.int64)
     seen[codes] = before  # one occurrence's predecessor per id, whichever: all must equal it
-    same = np.ones(n_ids, dtype=bool)
-    same[codes[before != seen[codes]]] = False
+    same_shared = np.ones(distinct, dtype=bool)
+    same_shared[codes[before != seen[codes]]] = False
+    same = np.ones(n, dtype=bool)  # every use of the block follows the same block (an id used once: True)
+    same[shared] = same_shared[codes]
+    uses = np.ones(n, dtype=np.int64)  # uses of the block's id
+    uses[shared] = np.bincount(codes, minlength=distinct)[codes]
     # b joins a when every b follows an a and there are as many a's as b's (so every a precedes a b)
-    uses = np.bincount(codes, minlength=n_ids)
     join = ~first
-    join[1:] &= same[codes[1:]] & (uses[codes[1:]] == uses[codes[:-1]])
+    join[1:] &= same[1:] & (uses[1:] == uses[:-1])
     start = np.flatnonzero(~join)
-    head = codes[start]
-    used = np.zeros(n_ids, dtype=bool)
+    lengths = np.diff(np.append(start, n))
+    # segment ids: the shared heads' codes ranked, then one per head used once
+    head_shared = shared[start]
+    head = code[start[head_shared]]
+    used = np.zeros(distinct, dtype=bool)
     used[head] = True
     rank = np.cumsum(used) - 1
-    seg = rank[head]
-    seg_blocks = np.zeros(int(rank[-1]) + 1, dtype=np.int64)
-    seg_blocks[seg] = np.diff(np.append(start, n))
+    n_shared = int(used.sum())
+    seg = np.empty(start.size, dtype=np.int64)
+    seg[head_shared] = rank[head]
+    seg[~head_shared] = n_shared + np.arange(start.size - head.size)
+    seg_blocks = np.zeros(n_shared + start.size - head.size, dtype=np.int64)
+    seg_blocks[seg] = lengths
     return seg, np.searchsorted(start, offsets), seg_blocks
 
 
