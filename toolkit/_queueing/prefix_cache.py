@@ -144,15 +144,15 @@ class _BlockCache:
             s = next(iter(free))
             tokens = free[s]
             over = self.free_tokens - room
-            if over >= tokens:  # every block of it goes
-                del free[s]
-                self.free_tokens -= tokens
-                continue
             # its tail block (tokens less its other whole blocks), then whole blocks, until ``over`` are gone
             tail = tokens - (tokens - 1) // block * block
             gone = tail if over <= tail else tail + (over - tail + block - 1) // block * block
-            free[s] = tokens - gone
-            self.free_tokens -= gone
+            if gone >= tokens:  # every block of it
+                del free[s]
+                self.free_tokens -= tokens
+            else:
+                free[s] = tokens - gone
+                self.free_tokens -= gone
 
     def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
         """``rid`` is admitted with ``need`` tokens (prompt and any generated before a preemption) and
