@@ -192,6 +192,9 @@ def test_bad_prefix_input():
         run(trace, slot_prompt_similarity=1.5)
     with pytest.raises(ValueError, match="prefix_affinity"):
         run(trace.drop(columns="prefix_blocks"), routing="prefix_affinity")
+    trace["prefix_blocks"] = [None]
+    with pytest.raises(ValueError, match="integer block ids"):
+        run(trace)
 
 
 def test_partial_last_blocks():

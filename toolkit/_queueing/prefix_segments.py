@@ -36,8 +36,8 @@ def check_prefix_blocks(trace: pd.DataFrame) -> tuple[int, np.ndarray, np.ndarra
     if not isinstance(block, int | np.integer) or block < 1:
         raise ValueError(f"trace.attrs['prefix_block_tokens'] must be an int >= 1 with prefix_blocks, got {block!r}")
     column = trace["prefix_blocks"].tolist()
-    counts = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
     try:
+        counts = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
         ids = np.fromiter(itertools.chain.from_iterable(column), dtype=np.int64, count=int(counts.sum()))
     except (TypeError, ValueError, OverflowError):
         raise ValueError("trace prefix_blocks must hold a sequence of integer block ids (int64) per request") from None
