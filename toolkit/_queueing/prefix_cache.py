@@ -38,11 +38,11 @@ Each replica keeps one cache, with its engine's rules:
 Both count tokens at the trace's block granularity: a block is reused whole or not at all, and only a
 request's prompt blocks are cached (a trace names no blocks for its answers). They track blocks in
 segments, runs of blocks always used together (``toolkit._queueing.prefix_segments``): a cached segment
-is its count of leading blocks still cached, so a request costs the work of its few segments, not of its
-many blocks. Simplifications: a prompt
-is registered whole at admission where vLLM registers the chunks it schedules (a request admitted while
-another still prefills the same prefix finds it a few steps early), and a running request's KV counts
-its whole prompt, shared blocks included (the engine holds a shared block once).
+is the tokens of its leading blocks still cached, so a request costs the work of its few segments, not
+of its many blocks. Simplifications: a prompt is registered whole at admission where vLLM registers the
+chunks it schedules (a request admitted while another still prefills the same prefix finds it a few
+steps early), and a running request's KV counts its whole prompt, shared blocks included (the engine
+holds a shared block once).
 
 This module is compiled with mypyc (``compiled.txt``): typed, no numpy in the per-request methods.
 """
