@@ -11,8 +11,8 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# the event loop, a replica's state and the decode-run fit (the cost model stays Python): one list, in
-# toolkit/_queueing/compiled.txt, that the Makefile and toolkit._queueing.build_check read too
+# the event loop, a replica's state, the decode-run fit and the prefix caches (the cost model stays Python):
+# one list, in toolkit/_queueing/compiled.txt, that the Makefile and toolkit._queueing.build_check read too
 COMPILED = [f"toolkit/_queueing/{name}" for name in Path("toolkit/_queueing/compiled.txt").read_text().split()]
 
 

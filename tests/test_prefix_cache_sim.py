@@ -11,10 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit._queueing.prefix_cache import _BlockCache, _Blocks, _SlotCache
+from toolkit._queueing.prefix_cache import _BlockCache, _SlotCache
+from toolkit._queueing.prefix_segments import blocks_of, segments
 from toolkit._queueing.simulator import simulate
 
 MOONCAKE = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
+
+
+def rows_blocks(rows, prompt, block):
+    """The caches' view of requests given as rows of block ids (hits in whole tokens)."""
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    ids = np.array([b for r in rows for b in r], dtype=np.int64)
+    return blocks_of(ids, offsets, np.asarray(prompt, dtype=np.int64), block, 1)
 
 
 class StepCost:
@@ -108,8 +116,19 @@ def test_a_preempted_request_frees_its_blocks_to_the_cache_and_finds_them_again(
     assert res.requests["cached_tokens"].tolist() == [0, 8, 0, 4]
 
 
+def test_segments_group_blocks_always_used_together():
+    # blocks 1, 2 open two prompts, then 3 or 4; 5, 6 appear once, together: 4 segments of 2, 1, 1, 2 blocks
+    rows = [(1, 2, 3), (1, 2, 4), (5, 6)]
+    offsets = np.array([0, 3, 6, 8])
+    seg, seg_offsets, seg_blocks = segments(np.array([b for r in rows for b in r]), offsets)
+    assert seg_offsets.tolist() == [0, 2, 4, 5]
+    per_row = [seg[seg_offsets[r] : seg_offsets[r + 1]].tolist() for r in range(3)]
+    assert [[int(seg_blocks[s]) for s in row] for row in per_row] == [[2, 1], [2, 1], [2]]
+    assert per_row[0][0] == per_row[1][0] and len({per_row[0][1], per_row[1][1], per_row[2][0]}) == 3
+
+
 def test_running_requests_blocks_are_never_evicted():
-    blocks = _Blocks([(1, 2), (5, 6, 7), (1, 2, 3)], [8, 12, 12], block=4, unit=1)
+    blocks = rows_blocks([(1, 2), (5, 6, 7), (1, 2, 3)], [8, 12, 12], block=4)
     cache = _BlockCache(blocks)
     # a KV budget of 20 tokens
     assert cache.admit(0, room=12, need=8) == 0  # request 0 runs, holding blocks 1, 2
@@ -118,13 +137,14 @@ def test_running_requests_blocks_are_never_evicted():
     assert cache.size_tokens() == 12
     assert cache.admit(2, room=0, need=12) == 8  # request 0's blocks, held, are found; request 1's evicted
     assert cache.size_tokens() == 0
-    assert cache.held == {1: 2, 2: 2, 3: 1}
+    # held per segment: blocks 1 and 2 (always together) by requests 0 and 2, 3 by request 2, 5 to 7 by none
+    assert [cache.held[s] for s in blocks.seg] == [2, 0, 2, 1]
 
 
 # ---- llama.cpp's slots ------------------------------------------------------------------------------------
 def slot_blocks():
     rows = [(1, 2, 3), (7, 8), (1, 2, 9), (1, 50, 51), (1, 2, 3)]
-    return _Blocks(rows, [4 * len(r) for r in rows], block=4, unit=1)
+    return rows_blocks(rows, [4 * len(r) for r in rows], block=4)
 
 
 @pytest.mark.parametrize("similarity, r3_cached", [(0.1, 4), (0.5, 0)])
@@ -172,11 +192,14 @@ def test_bad_prefix_input():
         run(trace, slot_prompt_similarity=1.5)
     with pytest.raises(ValueError, match="prefix_affinity"):
         run(trace.drop(columns="prefix_blocks"), routing="prefix_affinity")
+    trace["prefix_blocks"] = [None]
+    with pytest.raises(ValueError, match="integer block ids"):
+        run(trace)
 
 
 def test_partial_last_blocks():
     # prompts of 10 (4 + 4 + 2) and 9 (4 + 4 + 1) tokens: block 3 ends both, 1 token in common there
-    blocks = _Blocks([(1, 2, 3), (1, 2, 3), (1, 2)], [10, 9, 7], block=4, unit=1)
+    blocks = rows_blocks([(1, 2, 3), (1, 2, 3), (1, 2)], [10, 9, 7], block=4)
     slots = _SlotCache(blocks, slots=1, similarity=0.1)
     assert slots.common(0, 1) == 9 and slots.common(0, 2) == 7
     cache = _BlockCache(blocks)

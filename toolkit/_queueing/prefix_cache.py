@@ -36,43 +36,29 @@ Each replica keeps one cache, with its engine's rules:
   not modelled.
 
 Both count tokens at the trace's block granularity: a block is reused whole or not at all, and only a
-request's prompt blocks are cached (a trace names no blocks for its answers). Simplifications: a prompt
-is registered whole at admission where vLLM registers the chunks it schedules (a request admitted while
-another still prefills the same prefix finds it a few steps early), and a running request's KV counts
-its whole prompt, shared blocks included (the engine holds a shared block once).
+request's prompt blocks are cached (a trace names no blocks for its answers). They track blocks in
+segments, runs of blocks always used together (``toolkit._queueing.prefix_segments``): a cached segment
+is the tokens of its leading blocks still cached, so a request costs the work of its few segments, not
+of its many blocks. Simplifications: a prompt is registered whole at admission where vLLM registers the
+chunks it schedules (a request admitted while another still prefills the same prefix finds it a few
+steps early), and a running request's KV counts its whole prompt, shared blocks included (the engine
+holds a shared block once).
+
+This module is compiled with mypyc (``compiled.txt``): typed, no numpy in the per-request methods.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-
-import numpy as np
-import pandas as pd
+from typing import Any
 
 __all__: list[str] = []
-
-
-def check_prefix_blocks(trace: pd.DataFrame) -> int:
-    """The block size of a trace's ``prefix_blocks`` (``attrs["prefix_block_tokens"]``), checked: each
-    request has ``ceil(prompt_tokens / block)`` ids, else a ValueError naming the first row that does not."""
-    block = trace.attrs.get("prefix_block_tokens")
-    if not isinstance(block, int | np.integer) or block < 1:
-        raise ValueError(f"trace.attrs['prefix_block_tokens'] must be an int >= 1 with prefix_blocks, got {block!r}")
-    counts = trace["prefix_blocks"].map(len).to_numpy(dtype=np.int64)
-    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
-    bad = np.flatnonzero(counts != (prompt + block - 1) // block)
-    if bad.size:
-        raise ValueError(
-            f"trace prefix_blocks must hold ceil(prompt_tokens / {block}) ids per request; row {bad[0]} has "
-            f"{counts[bad[0]]} for {prompt[bad[0]]} tokens"
-        )
-    return int(block)
 
 
 class _FixedCache:
     """No prefix cache: each request finds the ``cached_tokens`` its trace gives (or none)."""
 
-    def __init__(self, cached: np.ndarray):
+    def __init__(self, cached: Any):
         self.cached: list[int] = cached.tolist()
 
     def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
@@ -83,14 +69,27 @@ class _FixedCache:
 
 
 class _Blocks:
-    """Every request's prompt blocks (a tuple of ids each, blocks of ``block`` tokens but the last, which
-    holds the rest of the prompt) and the engine's reuse granularity: a hit counts whole ``unit``-token
-    engine blocks of at most ``prompt - 1`` tokens."""
+    """Every request's prompt in segments: request r's segment ids are ``seg[start[r]:start[r + 1]]``,
+    segment s holds ``seg_blocks[s]`` blocks, request r ``n_blocks[r]`` blocks of ``block`` tokens but
+    the last, which holds the rest of its ``prompt[r]`` tokens. A hit counts whole ``unit``-token engine
+    blocks of at most ``prompt - 1`` tokens."""
 
-    def __init__(self, ids: list[tuple[int, ...]], prompt: list[int], block: int, unit: int):
-        self.ids = ids
+    def __init__(
+        self,
+        seg: list[int],
+        start: list[int],
+        seg_blocks: list[int],
+        n_blocks: list[int],
+        prompt: list[int],
+        block: int,
+        unit: int,
+    ):
+        self.seg = seg
+        self.start = start
+        self.seg_blocks = seg_blocks
+        self.n_blocks = n_blocks
         self.prompt = prompt
-        self.last: list[int] = [p - (len(t) - 1) * block for p, t in zip(prompt, ids)]
+        self.last: list[int] = [p - (k - 1) * block for p, k in zip(prompt, n_blocks)]
         self.block = block
         self.unit = unit
 
@@ -101,14 +100,22 @@ class _Blocks:
             hit = tokens - 1
         return hit // self.unit * self.unit
 
+    def hit_tokens(self, rid: int, found: int) -> int:
+        """Tokens in the first ``found`` blocks of ``rid``'s prompt."""
+        if found < self.n_blocks[rid]:
+            return found * self.block
+        return (found - 1) * self.block + self.last[rid]
+
 
 class _BlockCache:
-    """A replica's block-granular prefix cache with reference counts and LRU eviction (module notes)."""
+    """A replica's block-granular prefix cache with reference counts and LRU eviction (module notes), kept
+    by segment: ``held[s]`` running requests hold segment s; ``free`` maps each unreferenced cached segment
+    to the tokens of its leading blocks still cached, least recently freed first."""
 
     def __init__(self, blocks: _Blocks):
         self.blocks = blocks
-        self.held: dict[int, int] = {}  # block id -> running requests holding it
-        self.free: OrderedDict[int, int] = OrderedDict()  # unreferenced cached block -> tokens, LRU first
+        self.held: list[int] = [0] * len(blocks.seg_blocks)
+        self.free: OrderedDict[int, int] = OrderedDict()
         self.free_tokens = 0
 
     def size_tokens(self) -> int:
@@ -117,20 +124,35 @@ class _BlockCache:
 
     def match(self, rid: int) -> int:
         """Leading prompt tokens of ``rid`` in this cache (whole trace blocks)."""
-        b = self.blocks
-        ids = b.ids[rid]
-        hit = 0
-        for block in ids:
-            if block not in self.held and block not in self.free:
-                return hit
-            hit += b.block
-        return hit - b.block + b.last[rid]
+        b, held, free = self.blocks, self.held, self.free
+        found = 0
+        for j in range(b.start[rid], b.start[rid + 1]):
+            s = b.seg[j]
+            k = b.seg_blocks[s]
+            if not held[s]:
+                k_cached = (free.get(s, 0) + b.block - 1) // b.block
+                if k_cached < k:
+                    return b.hit_tokens(rid, found + k_cached)
+            found += k
+        return b.hit_tokens(rid, found)
 
     def trim(self, room: int) -> None:
-        """Evict unreferenced blocks, least recently freed first, until they fit in ``room`` tokens."""
-        free = self.free
+        """Evict unreferenced blocks, least recently freed first (a segment's tail block first), until they
+        fit in ``room`` tokens."""
+        free, block = self.free, self.blocks.block
         while self.free_tokens > room and free:
-            self.free_tokens -= free.popitem(last=False)[1]
+            s = next(iter(free))
+            tokens = free[s]
+            over = self.free_tokens - room
+            # its tail block (tokens less its other whole blocks), then whole blocks, until ``over`` are gone
+            tail = tokens - (tokens - 1) // block * block
+            gone = tail if over <= tail else tail + (over - tail + block - 1) // block * block
+            if gone >= tokens:  # every block of it
+                del free[s]
+                self.free_tokens -= tokens
+            else:
+                free[s] = tokens - gone
+                self.free_tokens -= gone
 
     def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
         """``rid`` is admitted with ``need`` tokens (prompt and any generated before a preemption) and
@@ -139,26 +161,25 @@ class _BlockCache:
         if self.free_tokens > room + need + slack:
             self.trim(room + need + slack)
         b, held, free = self.blocks, self.held, self.free
-        ids = b.ids[rid]
         found = 0  # leading blocks found
         matching = True
-        for block in ids:
-            count = held.get(block, 0)
+        for j in range(b.start[rid], b.start[rid + 1]):
+            s = b.seg[j]
+            count = held[s]
+            held[s] = count + 1
             if count:
-                held[block] = count + 1
-            else:
-                size = free.pop(block, -1)
-                if size < 0:
-                    matching = False
-                else:
-                    self.free_tokens -= size
-                held[block] = 1
+                if matching:
+                    found += b.seg_blocks[s]
+                continue
+            tokens = free.pop(s, 0)
+            self.free_tokens -= tokens
             if matching:
-                found += 1
-        hit = found * b.block if found < len(ids) else (found - 1) * b.block + b.last[rid]
+                k_cached = (tokens + b.block - 1) // b.block
+                found += k_cached
+                matching = k_cached == b.seg_blocks[s]
         if self.free_tokens > room:
             self.trim(room)
-        return b.reusable(hit, need)
+        return b.reusable(b.hit_tokens(rid, found), need)
 
     def release(self, rid: int, room: int) -> None:
         """``rid`` finished or was preempted, ``room`` KV tokens free before it frees its own: its
@@ -166,16 +187,21 @@ class _BlockCache:
         if self.free_tokens > room:
             self.trim(room)
         b, held, free = self.blocks, self.held, self.free
-        size = b.last[rid]
-        for block in reversed(b.ids[rid]):
-            count = held[block]
+        first = b.start[rid]
+        j = b.start[rid + 1] - 1
+        s = b.seg[j]
+        size = (b.seg_blocks[s] - 1) * b.block + b.last[rid]  # the last segment ends in the prompt's tail
+        while True:
+            count = held[s]
+            held[s] = count - 1
             if count == 1:
-                del held[block]
-                free[block] = size
+                free[s] = size
                 self.free_tokens += size
-            else:
-                held[block] = count - 1
-            size = b.block
+            if j == first:
+                return
+            j -= 1
+            s = b.seg[j]
+            size = b.seg_blocks[s] * b.block
 
 
 class _SlotCache:
@@ -202,19 +228,20 @@ class _SlotCache:
         return self.blocks.prompt[rid]
 
     def common(self, a: int, rid: int) -> int:
-        """Tokens of the common prefix of request ``a``'s prompt and ``rid``'s (whole trace blocks)."""
+        """Tokens of the common prefix of request ``a``'s prompt and ``rid``'s (whole trace blocks): it
+        ends on a segment boundary of both."""
         b = self.blocks
-        mine, theirs = b.ids[rid], b.ids[a]
+        i, j, end_i, end_j = b.start[rid], b.start[a], b.start[rid + 1], b.start[a + 1]
         n = 0
-        for x, y in zip(mine, theirs):
-            if x != y:
-                break
-            n += 1
+        while i < end_i and j < end_j and b.seg[i] == b.seg[j]:
+            n += b.seg_blocks[b.seg[i]]
+            i += 1
+            j += 1
         if not n:
             return 0
         # the last common block: whole unless it ends either prompt
-        mine_size = b.last[rid] if n == len(mine) else b.block
-        their_size = b.last[a] if n == len(theirs) else b.block
+        mine_size = b.last[rid] if n == b.n_blocks[rid] else b.block
+        their_size = b.last[a] if n == b.n_blocks[a] else b.block
         return (n - 1) * b.block + min(mine_size, their_size)
 
     def match(self, rid: int) -> int:
@@ -269,34 +296,3 @@ class _SlotCache:
         self.busy[s] = False
         self.last_used[s] = self.uses
         self.uses += 1
-
-
-# llama-server's default ``--slot-prompt-similarity`` (``common/common.h``)
-SLOT_PROMPT_SIMILARITY = 0.1
-# backends that serve through llama.cpp's server slots (``toolkit/_data/backends.csv`` names)
-SLOT_BACKENDS = ("llamacpp", "ollama")
-
-
-def prefix_caches(
-    trace: pd.DataFrame | None,
-    order: np.ndarray | None,
-    backend_name: str | None,
-    replicas: int,
-    slots: int,
-    unit_tokens: int,
-    similarity: float,
-) -> list[_BlockCache] | list[_SlotCache] | None:
-    """One prefix cache per replica for a trace with ``prefix_blocks`` (None without that column):
-    llama.cpp's slots for a llama.cpp backend, else vLLM's block cache. ``order`` puts the trace's
-    rows in sending order; ``unit_tokens`` is the engine's KV block (a hit counts whole ones)."""
-    if trace is None or "prefix_blocks" not in trace.columns:
-        return None
-    block = check_prefix_blocks(trace)
-    ids = [tuple(b) for b in trace["prefix_blocks"].tolist()]
-    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
-    if order is not None:
-        ids, prompt = [ids[i] for i in order], prompt[order]
-    if backend_name in SLOT_BACKENDS:
-        return [_SlotCache(_Blocks(ids, prompt.tolist(), block, 1), slots, similarity) for _ in range(replicas)]
-    blocks = _Blocks(ids, prompt.tolist(), block, unit_tokens)
-    return [_BlockCache(blocks) for _ in range(replicas)]

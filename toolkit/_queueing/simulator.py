@@ -39,7 +39,7 @@ from toolkit._model.validity import simulation_flag
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
 from toolkit._queueing.engine import _Engine
-from toolkit._queueing.prefix_cache import SLOT_PROMPT_SIMILARITY, prefix_caches
+from toolkit._queueing.prefix_segments import SLOT_PROMPT_SIMILARITY, prefix_caches
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.speculative import speculative_engine
 from toolkit._queueing.workload import _cached_tokens, _cost, _draw_tokens, _load, check_breaks, check_fits
