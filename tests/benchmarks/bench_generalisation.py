@@ -19,7 +19,8 @@ reports/bench/generalisation.json: per workload the measured and predicted p50/p
 E2E, signed and absolute errors, whether each measured percentile lies in its interval, whether the
 workload leaves the calibration's measured range (``extrapolated``) and the host's state over it;
 the summary holds issue 40's bars: median |error| <= 15% per workload, the median over workloads of
-their signed median errors within +-5%, and interval coverage >= 80% over all cases.
+their signed median errors within +-5%, and interval coverage >= 80% over all cases, counted only on
+an idle host. Every replayed request goes to reports/bench/generalisation_requests.csv.
 
 ``--plan`` sizes the workloads on the recorded profile (reports/bench/steps_profile.csv) and the
 recorded host without starting a server: how many requests and seconds each would replay.
@@ -202,7 +203,8 @@ def _workload_trace(spec: dict, cm: object) -> tuple[pd.DataFrame, dict]:
     rate = spec["rate_share"] * capacity
     n = max(int(round(REPLAY_S * rate)), 10)
     trace = lengths.iloc[np.arange(n) % len(lengths)].reset_index(drop=True)
-    trace.insert(0, "arrival_s", np.cumsum(rng.exponential(1.0 / rate, n)) - 1.0 / rate)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    trace.insert(0, "arrival_s", arrivals - arrivals[0])
     util = float(_simulated(trace, cm).summary["utilization"].iloc[0])
     return trace, {"sustained_rps": capacity, "rate_rps": rate, "predicted_utilisation": util}
 
@@ -387,6 +389,9 @@ def main() -> None:
         )
         or unsteady_reason(profile),
     }
+    # every replayed request as measured, so that a change to the model can be checked on them offline
+    frames = [replays[name].requests.assign(workload=name) for name in replays]
+    pd.concat(frames, ignore_index=True).to_csv(OUT / "generalisation_requests.csv", index=False)
     (OUT / "generalisation.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(
         json.dumps(
