@@ -14,7 +14,7 @@ from toolkit._report.measure import _Run
 from toolkit._report.trust_section import _trust_section
 from toolkit._sweep.profile_cells import profile_cells
 from toolkit._validation.refusal import bench_host_busy, busy_reason, unsteady_reason
-from toolkit._validation.replay_check import replay_accuracy
+from toolkit._validation.replay_check import replay_accuracy, replay_intervals
 from toolkit._validation.trust import _settled, _shape, cell_fit, trust_check
 
 
@@ -128,6 +128,36 @@ def test_replay_check_of_one_lone_request_matches_the_closed_form():
     assert row["rel_err"] == pytest.approx(-0.5, abs=0.01)
 
 
+def test_replay_intervals_carry_the_fits_uncertainty_to_a_lone_requests_tpot():
+    # a lone request's decode steps at batch 1 cost about 1/mbu: with mbu fitted 0.5 +- 0.05, the 90%
+    # interval of its TPOT reaches past 1 standard error each side (the 5% and 95% points of a normal
+    # are +-1.645 se) and stays inside 3; a TPOT twice the point lies outside it
+    prompt, output = 512, 21
+
+    def tpot(mbu: float) -> float:
+        cm = tk.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration={"mbu": mbu})
+        return sum(cm.step_ms(1, prompt + k) for k in range(1, output)) / (output - 1)
+
+    calibration = pd.DataFrame([{"mbu": 0.5, "fitted": "mbu", "mbu_fit_se": 0.05}])
+    cm = tk.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration=calibration)
+    ttft = cm.ttft_ms(prompt)
+    requests = pd.DataFrame(
+        {"sent_s": [0.0, 60.0], "outcome": "ok", "prompt_tokens": prompt, "cached_tokens": 0, "output_tokens": output,
+         "ttft_ms": ttft, "tpot_ms": [tpot(0.5), 2 * tpot(0.5)], "e2e_ms": ttft + (output - 1) * tpot(0.5)}
+    )  # fmt: skip
+    table = replay_accuracy(requests, cm, max_batch=8)
+    out = replay_intervals(
+        table, requests, calibration, lambda row: tk.cost_model("Llama-3.1-8B", "H100 SXM", "bf16", calibration=row),
+        max_batch=8, max_num_batched_tokens=2048, prefill_breaks=(), prefill_start_breaks=(),
+    ).set_index(["metric", "percentile"])  # fmt: skip
+    p50, p90 = out.loc[("tpot_ms", 50)], out.loc[("tpot_ms", 90)]
+    assert tpot(0.65) <= p50["interval_low"] <= tpot(0.55) and tpot(0.45) <= p50["interval_high"] <= tpot(0.35)
+    # p50 of the two TPOTs measured is 1.5x the point, p90 1.9x: both far outside
+    assert not p50["inside"] and not p90["inside"]
+    # the measured TTFT is the point prediction: inside
+    assert out.loc[("ttft_ms", 50), "inside"]
+
+
 def test_an_inconclusive_verdict_is_said_in_words():
     levels = pd.DataFrame(
         {
@@ -180,6 +210,9 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     assert check.sweep_median_error < 0.05, check.sweep_accuracy
     assert check.replay_median_error < 0.05, check.replay_accuracy
     assert check.sentence.startswith("The calibrated model can be trusted for this server")
+    # the sentence counts the replay's measured percentiles inside their 90% predictive intervals
+    inside = int(check.replay_accuracy.loc[check.replay_accuracy["metric"].ne("output_tok_s"), "inside"].sum())
+    assert f"the 90% predictive intervals hold {inside} of its 6 measured percentiles" in check.sentence
     # the model has this server's shape: it reproduces every cell it was fitted to
     assert set(check.cell_fit["cell"]) == {"decode", "batch", "prefill"}
     assert check.cell_fit["rel_err"].abs().max() < 0.05, check.cell_fit

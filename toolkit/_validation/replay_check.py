@@ -16,11 +16,12 @@ hold the drift of a server's speed between two replays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from toolkit._calibration.intervals import DRAWS, LEVEL, parameter_draws
 from toolkit._queueing.simulator import simulate
 from toolkit._stats import block_resamples
 from toolkit._vocab.metrics import LATENCY_METRICS, ms_from_s
@@ -110,6 +111,44 @@ def replay_accuracy(
         prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
     )  # fmt: skip
     return table
+
+
+def replay_intervals(
+    table: pd.DataFrame,
+    requests: pd.DataFrame,
+    calibration: pd.DataFrame,
+    cost: Callable[[pd.Series], object],
+    *,
+    max_batch: int,
+    max_num_batched_tokens: int,
+    prefill_breaks: tuple[int, ...],
+    prefill_start_breaks: tuple[int, ...],
+    draws: int = DRAWS,
+    level: float = LEVEL,
+) -> pd.DataFrame:
+    """``table`` (:func:`replay_accuracy`'s) with the predictive interval of each predicted figure and
+    whether the measured one lies in it.
+
+    The replayed requests are simulated once per parameter set drawn from the calibration's fit
+    (:func:`toolkit._calibration.intervals.parameter_draws`, the draws of ``simulate_intervals``;
+    ``cost`` turns a drawn row into the cost model), the same requests each time, and each figure's
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles over the draws, widened to hold the point
+    prediction, are ``interval_low`` and ``interval_high``; ``inside`` is whether ``measured`` lies
+    between them (False where either is missing).
+    """
+    scheduling = {
+        "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens,
+        "prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks,
+    }  # fmt: skip
+    drawn = np.array(
+        [
+            _replay_comparison(requests, cost(row), intervals=False, **scheduling)[0]["predicted"].to_numpy(float)
+            for row in parameter_draws(calibration, draws=draws, seed=0)
+        ]
+    )
+    low, high = np.nanquantile(drawn, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    out = table.assign(interval_low=np.fmin(low, table["predicted"]), interval_high=np.fmax(high, table["predicted"]))
+    return out.assign(inside=out["measured"].between(out["interval_low"], out["interval_high"]))
 
 
 def _replay_comparison(

@@ -30,10 +30,11 @@ import pandas as pd
 
 from toolkit._calibration.calibrate import accuracy, calibrate
 from toolkit._calibration.fit import predict_ms
+from toolkit._calibration.intervals import LEVEL
 from toolkit._calibration.observations import observations
 from toolkit._model.serving import cost_model
 from toolkit._validation.closed_loop import _predict, _Recorded
-from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison
+from toolkit._validation.replay_check import REPLAY_METRICS, _replay_comparison, replay_intervals
 from toolkit._validation.replay_drift import bracket, cell_change, drift_clause
 
 __all__: list[str] = []
@@ -62,7 +63,9 @@ class TrustCheck:
         One row per metric and percentile: ``metric`` (``ttft_ms``, ``tpot_ms``, ``e2e_ms``,
         ``output_tok_s``), ``percentile`` (50, 90; NaN for the throughput), ``predicted``,
         ``measured``, ``rel_err``, and ``rel_err_low``/``rel_err_high``, its 95% interval over the
-        replayed requests (NaN for the throughput).
+        replayed requests (NaN for the throughput); ``interval_low``/``interval_high``, the
+        predictive interval of ``predicted`` over the fit's parameter draws (``LEVEL``, 90%), and
+        ``inside``, whether ``measured`` lies in it (:func:`toolkit._validation.replay_check.replay_intervals`).
     sweep_median_error, replay_median_error : float
         Median |rel_err| over the sweep's ``dec_tok_s`` and ``tpot_ms``, and over the replay's
         latency percentiles.
@@ -165,6 +168,11 @@ def trust_check(
             label: table.loc[table["metric"].isin(REPLAY_METRICS), "rel_err"] for label, (table, _) in compared.items()
         }
         replay, replay_ci = compared["both"]
+        replay = replay_intervals(
+            replay, replay_requests, fits["both"],
+            lambda row: cost_model(model, gpu, quant, calibration=row, max_num_batched_tokens=max_num_batched_tokens),
+            max_batch=max_batch, **scheduling, **starts,
+        )  # fmt: skip
         replay_err = float(errors["both"].abs().median())
         if replay_passes is not None:
             rows = [
@@ -224,7 +232,8 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_c
         )
         parts.append(
             f"trace replay {replay_err:.0%} (p50 and p90 of TTFT, TPOT, E2E; largest: {label} {miss['rel_err']:+.0%};"
-            f" 95% interval over its requests {replay_ci[0]:.0%}-{replay_ci[1]:.0%}{_settled(replay_ci)}{drift_clause(drift)})"
+            f" 95% interval over its requests {replay_ci[0]:.0%}-{replay_ci[1]:.0%}{_settled(replay_ci)}{drift_clause(drift)};"
+            f" {_coverage(replay)})"
         )
     verdict = (
         f"The calibrated model can be trusted for this server to about {TRUSTED_MEDIAN_ERROR:.0%}"
@@ -235,6 +244,12 @@ def _sentence(fitted, cells, calibrated, sweep_err, replay, replay_err, replay_c
     what = ", ".join(r.split(":")[0] for r in str(fitted["held_reason"].iloc[0]).split("; ") if r)
     held_text = f"; {what}" if held else "; every fitted parameter identified"
     return f"{verdict}: {', '.join(parts)}; {where}{held_text}.{_shape(cells)}"
+
+
+def _coverage(replay: pd.DataFrame) -> str:
+    """How many of the replay's measured latency percentiles lie inside their predictive intervals."""
+    cases = replay[replay["metric"].isin(REPLAY_METRICS)]
+    return f"the {LEVEL:.0%} predictive intervals hold {int(cases['inside'].sum())} of its {len(cases)} measured percentiles"
 
 
 def _settled(interval: tuple[float, float]) -> str:
