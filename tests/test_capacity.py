@@ -252,6 +252,19 @@ def test_prediction_gives_each_slo_alone_and_the_one_that_binds():
     pd.testing.assert_frame_equal(result.steps.drop(columns="wall_s"), again.steps.drop(columns="wall_s"))
 
 
+def test_cached_tokens_and_prefill_breaks_reach_the_simulator():
+    # a chunk break at position 1 runs an uncached prompt's first token in a step of its own: service
+    # two 20 ms steps; with that token cached, one step
+    common = dict(cost=FixedStep(20), max_batch=1, slo_ttft_ms=200, prompt_tokens=4, output_tokens=1,
+                  prefill_start_breaks=(1,))  # fmt: skip
+    cut = toolkit.predict_capacity(**common).summary.iloc[0]["capacity_rps"]
+    cached = toolkit.predict_capacity(**common, cached_tokens=1).summary.iloc[0]["capacity_rps"]
+    assert cut == pytest.approx(md1_capacity(0.2, 0.99, 0.04, 0.04), rel=0.07)
+    assert cached == pytest.approx(md1_capacity(0.2, 0.99, 0.02, 0.02), rel=0.07)
+    with pytest.raises(ValueError, match="cached_tokens"):
+        toolkit.predict_capacity(**common, cached_tokens=-1)
+
+
 def test_an_overloaded_simulated_step_fails_as_unstable_with_its_growth():
     result = toolkit.predict_capacity(
         cost=FixedStep(40), max_batch=1, slo_ttft_ms=200, prompt_tokens=1, output_tokens=1, rate_low_rps=50
