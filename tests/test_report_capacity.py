@@ -94,3 +94,24 @@ def test_no_rate_passing_is_said_and_gives_no_error():
     cap = _run(400, 40)  # a 400 ms service cannot meet a 200 ms TTFT at any rate
     assert math.isnan(cap.measured.summary.iloc[0]["capacity_rps"]) and math.isnan(capacity_error(cap))
     assert "no rate passed" in capacity_sentence(cap)
+
+
+def test_a_report_with_a_capacity_search_shows_it_and_says_it_in_the_conclusion(tmp_path, monkeypatch):
+    from toolkit._report import build, measure
+
+    cap = _run(50, 40)
+    recorded = measure._recorded_run
+
+    def with_capacity():
+        run = recorded()
+        run.capacity = cap
+        return run
+
+    monkeypatch.setattr(build, "_recorded_run", with_capacity)
+    index = toolkit.build_report(tmp_path / "r", recorded=True, execute_notebooks=False, progress=False)
+    page = index.read_text()
+    assert "Capacity at the SLO" in page and 'data-chart="capacity"' in page
+    conclusion = (tmp_path / "r" / "conclusion.txt").read_text()
+    assert capacity_sentence(cap) in conclusion
+    written = pd.read_csv(tmp_path / "r" / CSV)
+    assert len(written) == len(cap.measured.steps) + len(cap.predicted.steps) + len(cap.predicted_strict.steps)

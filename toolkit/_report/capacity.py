@@ -114,15 +114,15 @@ def measure_capacity(server: object, profile: pd.DataFrame, host: pd.DataFrame, 
 
 def capacity_steps(cap: CapacityRun) -> pd.DataFrame:
     """Every step of the three searches, tidy: ``source`` (``measured``, ``predicted`` at the resolved
-    percentile, ``predicted_p99`` at the one asked), ``percentile`` (the one judged), then the steps'
-    columns (:class:`toolkit.CapacityResult`; the percentile columns renamed ``ttft_q_ms`` ...);
-    written as ``capacity.csv``."""
+    percentile, ``predicted_p99`` at the one asked), ``percentile`` (the one judged), the steps'
+    columns (:class:`toolkit.CapacityResult`; the percentile columns renamed ``ttft_q_ms`` ...), then
+    ``slo_ttft_ms`` and ``slo_tpot_ms`` (the pair, the same on every row); written as ``capacity.csv``."""
     frames = []
     for source, result in (("measured", cap.measured), ("predicted", cap.predicted), (STRICT, cap.predicted_strict)):
         q = float(result.summary["percentile"].iloc[0])
         named = {c: c.replace(f"_p{q:g}_", "_q_") for c in result.steps.columns}
         frames.append(result.steps.rename(columns=named).assign(source=source, percentile=q))
-    steps = pd.concat(frames, ignore_index=True)
+    steps = pd.concat(frames, ignore_index=True).assign(**{f"slo_{m}_ms": v for m, v in cap.slos_ms.items()})
     return steps[["source", "percentile", *[c for c in steps.columns if c not in ("source", "percentile")]]]
 
 
