@@ -12,8 +12,11 @@ Writes reports/bench/capacity.json:
   measured step (rate, p99s, verdict, reason), the search's wall time against its budget;
 - the prediction at the percentile the measured steps resolve and at the true p99, each SLO's binding
   rate alone, and ``error`` (predicted over measured, minus 1) with ``within_15_percent``;
-- the host: load average and other processes' CPU share over the search (toolkit._sweep.host_state),
-  before and after; a busy host is marked ``host_busy: true`` and its numbers are indicative only.
+- the host: load average before the server started and before and after the search, other processes'
+  CPU share over the search (toolkit._sweep.host_state); busy by the bench scripts' rule
+  (:func:`toolkit._validation.refusal.bench_host_busy`) is marked ``host_busy: true`` and its numbers
+  are indicative only; ``fit_refused`` says why the report's trust check would present no fit from
+  this profile (a busy or unsteady profile), empty when it would.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ def main() -> dict:
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import LlamaServer
     from toolkit._sweep.profile import profile
+    from toolkit._validation.refusal import bench_host_busy, busy_reason, unsteady_reason
 
     started = dt.datetime.now().isoformat(timespec="seconds")
+    load_before = os.getloadavg()[0]  # before the server starts: none of it is the server's
     samples = [measure_host()]
     with LlamaServer(parallel=8) as server:
         profiled = profile(server=server, repeats=1, progress=False)
@@ -57,6 +62,8 @@ def main() -> dict:
         cap = measure_capacity(server, profiled, best_of_hosts(samples), max_batch=8)
         phase_s = time.perf_counter() - t0
         state = host_state.conditions(before, host_state.sample(server.pid))
+    others = {"capacity search": state["other_cpu_share"]}
+    busy = bench_host_busy(load_before, profiled, others, os.cpu_count() or 1)
     m = cap.measured.summary.iloc[0]
     p = cap.predicted.summary.iloc[0]
     strict = cap.predicted_strict.summary.iloc[0]
@@ -112,17 +119,20 @@ def main() -> dict:
         "within_15_percent": bool(abs(error) <= AGREEMENT) if math.isfinite(error) else False,
         "predicted_in_bracket": bool(m["capacity_rps"] <= p["capacity_rps"] <= m["failed_rps"]),
         "phase_s": _number(phase_s),
+        "host_load_1m_before_server": _number(load_before),
         "host_load_1m_before": _number(state["load_1m_before"]),
         "host_load_1m_after": _number(state["load_1m_after"]),
         "other_cpu_share": _number(state["other_cpu_share"]),
-        "host_busy": bool(state["busy"]),
+        "host_busy": bool(busy),
+        # why the report would present no fit from this profile (its trust check's rule), or ""
+        "fit_refused": busy_reason(profiled, others) or unsteady_reason(profiled),
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "capacity.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"measured {m['capacity_rps']:.3g} req/s (first failing {m['failed_rps']:.3g}), predicted"
         f" {p['capacity_rps']:.3g} at p{p['percentile']:.3g} ({error:+.0%}), {strict['capacity_rps']:.3g} at p99;"
-        f" search {m['wall_s']:.0f} s of {m['budget_s']:.0f} s; host busy: {state['busy']}"
+        f" search {m['wall_s']:.0f} s of {m['budget_s']:.0f} s; host busy: {busy}"
     )
     return result
 
