@@ -115,3 +115,14 @@ def test_a_report_with_a_capacity_search_shows_it_and_says_it_in_the_conclusion(
     assert capacity_sentence(cap) in conclusion
     written = pd.read_csv(tmp_path / "r" / CSV)
     assert len(written) == len(cap.measured.steps) + len(cap.predicted.steps) + len(cap.predicted_strict.steps)
+
+
+def test_a_bracket_wider_than_the_agreement_band_is_said_with_where_the_prediction_lies():
+    cap = _run(50, 40)
+    m = cap.measured.summary
+    m.loc[0, "failed_rps"] = 2 * m.loc[0, "capacity_rps"]  # a coarse search: a bracket of 2x
+    predicted = cap.predicted.summary.loc[0, "capacity_rps"]
+    inside = m.loc[0, "capacity_rps"] <= predicted <= m.loc[0, "failed_rps"]
+    sentence = capacity_sentence(cap)
+    assert "cannot resolve 15%" in sentence
+    assert f"the prediction lies {'inside' if inside else 'outside'} it" in sentence

@@ -11,7 +11,8 @@ Writes reports/bench/capacity.json:
   bracket (last passing rate, first failing rate) and its clear-verdict interval, the binding SLO, every
   measured step (rate, p99s, verdict, reason), the search's wall time against its budget;
 - the prediction at the percentile the measured steps resolve and at the true p99, each SLO's binding
-  rate alone, and ``error`` (predicted over measured, minus 1) with ``within_15_percent``;
+  rate alone, and ``error`` (predicted over measured, minus 1) with ``within_15_percent``, whether the
+  prediction lies in the measured bracket, and whether that bracket is narrow enough to judge 15%;
 - the host: load average before the server started and before and after the search, other processes'
   CPU share over the search (toolkit._sweep.host_state); busy by the bench scripts' rule
   (:func:`toolkit._validation.refusal.bench_host_busy`) is marked ``host_busy: true`` and its numbers
@@ -118,6 +119,9 @@ def main() -> dict:
         "error": _number(error),
         "within_15_percent": bool(abs(error) <= AGREEMENT) if math.isfinite(error) else False,
         "predicted_in_bracket": bool(m["capacity_rps"] <= p["capacity_rps"] <= m["failed_rps"]),
+        # whether the bracket (first failing over last passing rate) is narrow enough to judge 15% at all
+        "bracket_ratio": _number(m["failed_rps"] / m["capacity_rps"]),
+        "bracket_resolves_15_percent": bool(m["failed_rps"] <= (1 + AGREEMENT) * m["capacity_rps"]),
         "phase_s": _number(phase_s),
         "host_load_1m_before_server": _number(load_before),
         "host_load_1m_before": _number(state["load_1m_before"]),

@@ -107,6 +107,12 @@ def capacity_sentence(cap: CapacityRun) -> str:
         if not math.isfinite(error)
         else f", {error:+.0%}: {'within' if abs(error) <= AGREEMENT else 'outside'} {AGREEMENT:.0%}"
     )
+    if math.isfinite(error) and m["failed_rps"] > (1 + AGREEMENT) * m["capacity_rps"]:
+        inside = m["capacity_rps"] <= p["capacity_rps"] <= m["failed_rps"]
+        verdict += (
+            f" (the search's bracket is wider than {AGREEMENT:.0%}: the capacity lies anywhere in it, so the"
+            f" comparison cannot resolve {AGREEMENT:.0%}; the prediction lies {'inside' if inside else 'outside'} it)"
+        )
     binds = f"; {_NAMES.get(m['binding_slo'], m['binding_slo'])} binds first" if m["binding_slo"] else ""
     stopped = " and stopped at its budget, keeping every step measured" if m["stopped_early"] else ""
     return (
