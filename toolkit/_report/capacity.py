@@ -5,9 +5,10 @@ The SLO pair is derived, never typed in: the calibrated model's unloaded TTFT an
 workload (one request alone on the server), times ``SLO_MULTIPLES``. TPOT gets the larger multiple
 because on this server a request's TPOT is set by the prefills that join its decode steps, not by the
 decode alone: any second request in flight stretches it, so a small multiple of the unloaded TPOT is met
-only near zero load (a trivial answer). At these multiples the model has each SLO alone bind at a few
-requests per second, both within about a fifth of each other, so the pair is neither trivially high nor
-zero and either may bind first.
+only near zero load (a trivial answer). At these multiples, on the host that chose them (idle and
+loaded), the calibrated model had each SLO alone bind between about 1.5 and 6 requests per second,
+within a factor of two of each other, so the pair is neither trivially high nor zero and either may
+bind first.
 
 The search is cut to fit the report's time (``CAPACITY_SEARCH``, about a minute): short requests, 30
 measured requests a step (the p99 of 30 is their slowest; the rule asks 473), one step at the last
@@ -48,6 +49,7 @@ CAPACITY_WORKLOAD = {"prompt_tokens": 32, "output_tokens": 8}
 # the SLO of each metric, as a multiple of the calibrated model's unloaded value (module docstring)
 SLO_MULTIPLES = {"ttft": 4.0, "tpot": 10.0}
 CAPACITY_SEARCH = {"percentile": 99.0, "min_requests": 30, "repeats": 1, "rel_tolerance": 0.15, "budget_s": 70.0}
+# the measured search's first rate, as a share of the predicted capacity ...
 START_SHARE = 0.7
 # ... but no lower than the rate at which a step's arrivals take 1/START_FLOOR_STEPS of the budget, so a
 # prediction far too low (a fit on a busy host's profile) still leaves the search room for a few steps
