@@ -3,6 +3,7 @@ capacity.csv, the chart's SLO lines and the sentence the conclusion carries."""
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -75,7 +76,11 @@ def test_the_section_writes_every_step_and_states_measured_against_predicted(tmp
     sentence = capacity_sentence(cap)
     assert f"measured {measured:.3g} req/s" in sentence and f"predicted {predicted:.3g} req/s" in sentence
     assert f"{capacity_error(cap):+.0%}: outside 15%" in sentence and "TTFT binds first" in sentence
-    assert sentence in section.body
+    assert html.escape(sentence) in section.body
+    # from a busy host the trust check presents no fit: the prediction is shown, not judged
+    busy = capacity_sentence(cap, refused="Measured on a busy host: ...")
+    assert "indicative only" in busy and "15%" not in busy and f"predicted {predicted:.3g} req/s" in busy
+    assert html.escape(busy) in capacity_section(cap, tmp_path, refused="Measured on a busy host: ...").body
 
 
 def test_the_chart_draws_each_slo_as_a_rule_on_its_metrics_panel():

@@ -207,7 +207,7 @@ def _write(
     if trust is not None and not refused:
         summary = summary + "\n" + trust.sentence
     if run.capacity is not None:
-        summary = summary + "\n" + capacity_sentence(run.capacity)
+        summary = summary + "\n" + capacity_sentence(run.capacity, refused=refused)
     busy = busy_opening(run.conditions.get("warning", ""), refused)
     summary = busy + "\n" + summary if busy else summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")

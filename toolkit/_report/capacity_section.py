@@ -78,9 +78,7 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
            "requests_per_step": s["requests_per_step"], "wall_s": s["wall_s"]}
           for name, s in (("predicted", p), (STRICT, strict))),
     ]  # fmt: skip
-    words = [capacity_sentence(cap)]
-    if refused:
-        words.append(f"The trust check presents no fit for this run ({refused.strip()}): the prediction is indicative.")
+    words = [capacity_sentence(cap, refused=refused)]
     body = (
         "<p>" + html.escape(" ".join(words)) + "</p>" + chart + "<p>" + html.escape(_method(cap)) + "</p>"
         + _table_html(pd.DataFrame(rows), "Measured and predicted capacity", CSV)
@@ -89,9 +87,10 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
     return _Section("Capacity at the SLO", body)
 
 
-def capacity_sentence(cap: CapacityRun) -> str:
+def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
     """The section's verdict in words, also the conclusion's: measured against predicted, which SLO
-    binds, and the search's time against its budget."""
+    binds, and the search's time against its budget. With ``refused`` (the trust check presents no fit
+    from this run) the prediction is named indicative and not judged against the 15%."""
     m = cap.measured.summary.iloc[0]
     p = cap.predicted.summary.iloc[0]
     slos = " and ".join(f"{_NAMES[k]} p{m['percentile']:g} within {v:g} ms" for k, v in cap.slos_ms.items())
@@ -113,6 +112,8 @@ def capacity_sentence(cap: CapacityRun) -> str:
             f" (the search's bracket is wider than {AGREEMENT:.0%}: the capacity lies anywhere in it, so the"
             f" comparison cannot resolve {AGREEMENT:.0%}; the prediction lies {'inside' if inside else 'outside'} it)"
         )
+    if refused:
+        verdict = ", indicative only: the fit on this run's profile is not presented (see above)"
     binds = f"; {_NAMES.get(m['binding_slo'], m['binding_slo'])} binds first" if m["binding_slo"] else ""
     stopped = " and stopped at its budget, keeping every step measured" if m["stopped_early"] else ""
     return (
