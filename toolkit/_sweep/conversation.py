@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from toolkit._queueing.prefix_cache import check_prefix_blocks
+from toolkit._queueing.prefix_segments import check_prefix_blocks
 from toolkit._sweep.filler import Filler
 
 __all__: list[str] = []
