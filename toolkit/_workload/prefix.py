@@ -39,6 +39,8 @@ from toolkit._args import check_array, check_int
 __all__: list[str] = []
 
 COLUMN = "prefix_blocks"
+# the blocks an engine keeps of a request's answer (``toolkit._workload.sessions``)
+ANSWER_COLUMN = "answer_blocks"
 ATTR = "prefix_block_tokens"
 # Grid points of the capacity curve when no capacities are given.
 CURVE_POINTS = 48
