@@ -1,0 +1,133 @@
+"""The prefix-cache hit rate the model predicts for a sweep's levels, beside the one the server measured.
+
+A sweep's lanes send one shared system prompt and a per-lane user prompt (``toolkit._sweep.prompts``).
+As the server counts them, every lane's prompt opens with the same ``shared_prefix_tokens`` (the chat
+template, the system prompt and the user prompts' common opening), measured once from the server's own
+template and tokenizer (llama-server's ``/apply-template`` and ``/tokenize``) and recorded with the run.
+A lane sends the same prompt at every level, so its whole prompt is shared with its earlier sends.
+
+The model replays the sweep's requests, level after level (pass by pass where the repeats are passes),
+each at its measured send time within its level, through :func:`toolkit.simulate` with llama.cpp's slots
+(``backend="llamacpp"``, the server's ``--parallel`` slots) and the cost model calibrated on the run's
+profile; a level's predicted hit rate is its requests' cached prompt tokens over their prompt tokens,
+as the server's ``/metrics`` counts them. The slots reuse the common prefix; a server on a
+sliding-window model without ``--swa-full`` (the report's) reuses only up to its checkpoints (where the
+last user message starts, and 4 tokens before a prompt's end: ``toolkit._sweep.llama_server``), a few
+tokens fewer per request here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from toolkit._calibration.calibrate import calibrate
+from toolkit._model.serving import cost_model
+from toolkit._queueing.simulator import simulate
+from toolkit._report.held_out import MODEL, QUANT
+from toolkit._sweep.llama_server import SCHEDULING
+
+__all__: list[str] = []
+
+COLUMN = "predicted_prefix_hit_rate"
+# a level's requests are replayed this long after the previous level's last answer (s)
+_LEVEL_GAP_S = 1.0
+
+
+def shared_prefix_tokens(
+    base_url: str, system_prompt: str, prompts: list[str], api_key: str | None = None
+) -> int | None:
+    """Tokens every lane's prompt shares as the server counts them (its chat template and tokenizer:
+    llama-server's ``/apply-template`` then ``/tokenize``), or None where the server has no such endpoints."""
+    import httpx  # the HTTP client loads only when a server is measured
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    tokens = []
+    try:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as client:
+            for prompt in prompts:
+                messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+                text = client.post("/apply-template", json={"messages": messages}).raise_for_status().json()["prompt"]
+                body = {"content": text, "add_special": True, "parse_special": True}
+                tokens.append(client.post("/tokenize", json=body).raise_for_status().json()["tokens"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    if not tokens:
+        return None
+    shared = min(map(len, tokens))
+    for other in tokens[1:]:
+        shared = next((i for i, (a, b) in enumerate(zip(tokens[0], other, strict=False)) if a != b), shared)
+    return int(shared)
+
+
+def sweep_trace(lanes: pd.DataFrame, shared: int) -> pd.DataFrame:
+    """The sweep's answered requests as a trace with one-token prefix blocks, in the order they were sent:
+    level after level (``repeat`` first where recorded), each at ``start_s`` after its level began, which
+    is ``_LEVEL_GAP_S`` after the previous level's last answer (``end_s``)."""
+    keys = [k for k in ("repeat", "in_flight") if k in lanes.columns]
+    done = lanes[lanes["prompt_tokens"].notna() & lanes["output_tokens"].gt(0)]
+    done = done.sort_values([*keys, "start_s"], kind="stable").reset_index(drop=True)
+    offset = np.empty(len(done))
+    end = done["end_s"].to_numpy(dtype=float)
+    begin = 0.0
+    for rows in done.groupby(keys, sort=True).indices.values():  # sorted keys: the sending order
+        offset[rows] = begin
+        begin += end[rows].max() + _LEVEL_GAP_S
+    prompt = done["prompt_tokens"].to_numpy(dtype=np.int64)
+    if shared > prompt.min():
+        raise ValueError(f"shared_prefix_tokens={shared} exceeds the shortest prompt ({prompt.min()} tokens)")
+    rows = np.repeat(np.arange(len(done)), prompt)
+    position = np.arange(rows.size) - np.repeat(np.cumsum(prompt) - prompt, prompt)
+    owner = np.where(position < shared, -1, done["lane"].to_numpy(dtype=np.int64)[rows])
+    ids = np.unique(np.stack([owner, position], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    trace = pd.DataFrame(
+        {
+            "arrival_s": offset + done["start_s"].to_numpy(dtype=float),
+            "prompt_tokens": prompt,
+            "output_tokens": done["output_tokens"].to_numpy(dtype=np.int64),
+            "in_flight": done["in_flight"].to_numpy(),
+            "prefix_blocks": [tuple(b) for b in np.split(ids, np.cumsum(prompt)[:-1])],
+        }
+    )
+    trace.attrs["prefix_block_tokens"] = 1
+    return trace
+
+
+def predicted_hit_rates(lanes: pd.DataFrame, *, shared: int, cost: object, slots: int, **schedule: object) -> pd.Series:
+    """Per in-flight limit, the hit rate :func:`toolkit.simulate` predicts for the sweep's requests
+    (``sweep_trace``) on ``slots`` llama.cpp slots with ``cost``; ``schedule``: the server's scheduling
+    keywords of ``simulate``."""
+    trace = sweep_trace(lanes, shared)
+    result = simulate(
+        trace=trace.drop(columns="in_flight"),
+        cost=cost,
+        max_batch=slots,
+        backend="llamacpp",
+        warmup_fraction=0.0,
+        progress=False,
+        **schedule,
+    )
+    cached = result.requests["cached_tokens"].to_numpy()
+    frame = pd.DataFrame({"in_flight": trace["in_flight"], "cached": cached, "prompt": trace["prompt_tokens"]})
+    sums = frame.groupby("in_flight")[["cached", "prompt"]].sum()
+    return (sums["cached"] / sums["prompt"]).rename(COLUMN)
+
+
+def with_prediction(levels: pd.DataFrame, lanes: pd.DataFrame | None, profile, host, shared: int | None, slots: int):
+    """``levels`` with the model's hit rate per level (``predicted_prefix_hit_rate``) where the run was
+    profiled on the local server and recorded its shared prefix; else as given, with the reason the
+    prediction is missing in ``attrs["prefix_prediction"]``."""
+    out = levels.copy()
+    if profile is None or host is None or lanes is None:
+        out.attrs["prefix_prediction"] = "no model of this server (not profiled)"
+        return out
+    if shared is None:
+        out.attrs["prefix_prediction"] = "not recorded (the lanes' shared prefix length)"
+        return out
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
+    cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
+    rates = predicted_hit_rates(lanes, shared=shared, cost=cm, slots=slots, **SCHEDULING)
+    out[COLUMN] = out["in_flight"].map(rates)
+    out.attrs["prefix_prediction"] = f"toolkit.simulate, llama.cpp slots, a shared prefix of {shared} tokens"
+    return out
