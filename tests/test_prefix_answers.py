@@ -90,3 +90,61 @@ def test_answer_blocks_are_checked_and_dropped_when_reblocked():
         simulate(trace=bad, warmup_fraction=0.0, cost=StepCost())
     assert "answer_blocks" not in reblock(frame, block_tokens=8).columns
     assert "answer_blocks" in reblock(frame, block_tokens=4).columns  # the same size: kept
+
+
+def test_every_later_turn_finds_the_previous_turns_kept_full_blocks():
+    # one session at a time (sessions 1000 s apart, turns 100 s apart), an unbounded vLLM cache counting
+    # tokens: a later turn finds the full blocks of the previous prompt and answer (prompt + output - 1
+    # tokens), a first turn the full blocks of its system prompt where an earlier session drew it
+    frame = toolkit.session_workload(
+        num_sessions=6,
+        session_rate=0.001,
+        arrivals="gamma",
+        ca2=1e-4,
+        turns=3,
+        think_time_s=100.0,
+        user_tokens=("lognormal", 30, 0.5),
+        output_tokens=("lognormal", 20, 0.5),
+        system_prompt_tokens=40,
+        system_prompts=2,
+        prefix_block_tokens=8,
+        seed=4,
+    )
+    res = simulate(trace=frame, warmup_fraction=0.0, max_batch=1, cost=StepCost())
+    kept = frame["prompt_tokens"] + frame["output_tokens"] - 1
+    seen = set()
+    expected = []
+    for i, row in frame.iterrows():
+        if row["turn"] == 0:
+            expected.append(40 // 8 * 8 if row["system_prompt"] in seen else 0)
+            seen.add(row["system_prompt"])
+        else:
+            expected.append(kept[i - 1] // 8 * 8)
+    assert frame["session_id"].is_monotonic_increasing  # one session at a time: a turn follows its previous
+    assert res.requests["cached_tokens"].tolist() == expected
+
+
+def test_a_single_llama_slot_keeps_the_previous_turns_prompt_and_answer_to_the_token():
+    # one slot, blocks of 1 token: a later turn reuses the previous turn's prompt and answer but its last
+    # token; a first turn the 40-token system prompt where the session before drew the same one
+    frame = toolkit.session_workload(
+        num_sessions=6,
+        session_rate=0.001,
+        arrivals="gamma",
+        ca2=1e-4,
+        turns=3,
+        think_time_s=100.0,
+        user_tokens=("lognormal", 30, 0.5),
+        output_tokens=("lognormal", 20, 0.5),
+        system_prompt_tokens=40,
+        system_prompts=2,
+        prefix_block_tokens=1,
+        seed=4,
+    )
+    res = simulate(trace=frame, warmup_fraction=0.0, max_batch=1, backend="llamacpp", cost=StepCost())
+    kept = (frame["prompt_tokens"] + frame["output_tokens"] - 1).tolist()
+    drawn = frame["system_prompt"].tolist()
+    expected = [0] + [
+        kept[i - 1] if frame["turn"][i] else (40 if drawn[i] == drawn[i - 1] else 0) for i in range(1, len(frame))
+    ]
+    assert res.requests["cached_tokens"].tolist() == expected
