@@ -36,7 +36,7 @@ def lanes():
 
 
 def test_sweep_trace_puts_levels_one_after_another_and_shares_the_prefix():
-    trace = sweep_trace(lanes(), 10)
+    trace = sweep_trace(lanes(), 10, [15, 15])  # untagged: the prompts are the lanes' own
     # level 2 begins 1 s after level 1's last answer (2.0 s)
     assert trace["arrival_s"].tolist() == [0.0, 1.1, 3.0, 3.5]
     blocks = trace["prefix_blocks"].tolist()
@@ -48,17 +48,30 @@ def test_predicted_hit_rates_follow_the_slot_rule():
     # 2 slots. Level 1: lane 0 finds nothing; lane 1 shares 10/15 with the slot holding lane 0 (above the
     # 0.1 similarity) and reuses 10. Level 2: lane 1 finds its own prompt, all but its last token (14);
     # lane 0 then finds lane 1's in that slot: 10
-    rates = predicted_hit_rates(lanes(), shared=10, cost=StepCost(), slots=2)
+    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[15, 15], cost=StepCost(), slots=2)
     assert rates.to_dict() == pytest.approx({1: 10 / 30, 2: 24 / 30})
+
+
+def test_tagged_level_runs_share_nothing_with_each_other():
+    # untagged prompts of 12 tokens sent as 15: a 3-token level tag, so a run's lanes share 10 + 3 = 13
+    # tokens and nothing with another run's. Level 1: lane 1 finds lane 0's 13. Level 2: lane 1 finds no
+    # slot above the similarity (the other run's prompts share nothing) and takes the unused slot (0);
+    # lane 0 then finds lane 1's 13 there
+    trace = sweep_trace(lanes(), 10, [12, 12])
+    blocks = trace["prefix_blocks"].tolist()
+    assert blocks[0][:13] == blocks[1][:13] and blocks[0][13] != blocks[1][13]
+    assert not set(blocks[2]) & set(blocks[1])
+    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[12, 12], cost=StepCost(), slots=2)
+    assert rates.to_dict() == pytest.approx({1: 13 / 30, 2: 13 / 30})
 
 
 def test_a_run_without_the_field_says_not_recorded():
     levels = pd.DataFrame({"in_flight": [1, 2], "prefix_hit_rate": [0.4, 0.5]})
-    out = with_prediction(levels, lanes(), object(), object(), None, 2)
+    out = with_prediction(levels, lanes(), object(), object(), None, 2)  # an older run: no prefix recorded
     assert "predicted_prefix_hit_rate" not in out.columns
     assert "not recorded" in out.attrs["prefix_prediction"]
     assert "not recorded" in toolkit.stat_tiles(out.assign(lanes=8, wall_s=1.0, dec_tok_s=1.0))
-    assert "not profiled" in with_prediction(levels, None, None, None, 10, 2).attrs["prefix_prediction"]
+    assert "not profiled" in with_prediction(levels, None, None, None, (10, [15, 15]), 2).attrs["prefix_prediction"]
 
 
 def test_the_tile_shows_the_prediction_beside_the_measured_rate():

@@ -75,9 +75,10 @@ class _Run:
     # seconds each phase of obtaining the run took (``server``, ``profile``, ``sweep``, ``host``,
     # ``replay_stretch``, ``replay``), summed over its passes; build_report adds its own phases
     phase_s: dict[str, float] = field(default_factory=dict)
-    # tokens every lane's prompt shares as the server counts them (toolkit._report.prefix_check); None:
-    # not recorded (a server without llama-server's tokenizer endpoints, or an older run)
-    shared_prefix_tokens: int | None = None
+    # tokens every lane's prompt shares and each lane's prompt tokens, untagged, as the server counts them
+    # (toolkit._report.prefix_check); None: not recorded (a server without llama-server's tokenizer
+    # endpoints, or an older run)
+    shared_prefix_tokens: tuple[int, list[int]] | None = None
 
 
 def _recorded_run() -> _Run:

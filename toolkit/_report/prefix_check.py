@@ -1,10 +1,14 @@
 """The prefix-cache hit rate the model predicts for a sweep's levels, beside the one the server measured.
 
 A sweep's lanes send one shared system prompt and a per-lane user prompt (``toolkit._sweep.prompts``).
-As the server counts them, every lane's prompt opens with the same ``shared_prefix_tokens`` (the chat
-template, the system prompt and the user prompts' common opening), measured once from the server's own
-template and tokenizer (llama-server's ``/apply-template`` and ``/tokenize``) and recorded with the run.
-A lane sends the same prompt at every level, so its whole prompt is shared with its earlier sends.
+As the server counts them, every lane's prompt opens with the same ``shared`` tokens (the chat
+template, the system prompt and the user prompts' common opening), and lane i's prompt has
+``lane_tokens[i]`` tokens; both are measured once from the server's own template and tokenizer
+(llama-server's ``/apply-template`` and ``/tokenize``) and recorded with the run. The sweep tags each
+level run (``tag_levels``, ``toolkit._sweep.api``): a tag at the very start of the first message, so
+no prompt of one level run shares a prefix with another's, while a run's lanes share the tag and
+the shared tokens; the tag's tokens are a lane's measured prompt less its untagged ``lane_tokens``.
+Untagged, a lane sends the same prompt at every level, and shares it whole with its earlier sends.
 
 The model replays the sweep's requests, level after level (pass by pass where the repeats are passes),
 each at its measured send time within its level, through :func:`toolkit.simulate` with llama.cpp's slots
@@ -13,7 +17,7 @@ profile; a level's predicted hit rate is its requests' cached prompt tokens over
 as the server's ``/metrics`` counts them. The slots reuse the common prefix; a server on a
 sliding-window model without ``--swa-full`` (the report's) reuses only up to its checkpoints (where the
 last user message starts, and 4 tokens before a prompt's end: ``toolkit._sweep.llama_server``), a few
-tokens fewer per request here.
+tokens fewer per request here (the user prompts' common opening).
 """
 
 from __future__ import annotations
@@ -57,29 +61,38 @@ def shared_prefix_tokens(
     shared = min(map(len, tokens))
     for other in tokens[1:]:
         shared = next((i for i, (a, b) in enumerate(zip(tokens[0], other, strict=False)) if a != b), shared)
-    return int(shared)
+    return int(shared), [len(t) for t in tokens]
 
 
-def sweep_trace(lanes: pd.DataFrame, shared: int) -> pd.DataFrame:
+def sweep_trace(lanes: pd.DataFrame, shared: int, lane_tokens: list[int]) -> pd.DataFrame:
     """The sweep's answered requests as a trace with one-token prefix blocks, in the order they were sent:
     level after level (``repeat`` first where recorded), each at ``start_s`` after its level began, which
-    is ``_LEVEL_GAP_S`` after the previous level's last answer (``end_s``)."""
+    is ``_LEVEL_GAP_S`` after the previous level's last answer (``end_s``). A level run whose prompts
+    exceed their untagged ``lane_tokens`` was tagged: its blocks are its own, and its lanes share the tag
+    and the ``shared`` tokens (module notes)."""
     keys = [k for k in ("repeat", "in_flight") if k in lanes.columns]
     done = lanes[lanes["prompt_tokens"].notna() & lanes["output_tokens"].gt(0)]
     done = done.sort_values([*keys, "start_s"], kind="stable").reset_index(drop=True)
-    offset = np.empty(len(done))
+    prompt = done["prompt_tokens"].to_numpy(dtype=np.int64)
+    lane = done["lane"].to_numpy(dtype=np.int64)
+    if lane.max() >= len(lane_tokens):
+        raise ValueError(f"lane_tokens has {len(lane_tokens)} lanes; the sweep's lanes go to {lane.max()}")
+    offset, run, common = np.empty(len(done)), np.zeros(len(done), dtype=np.int64), np.empty(len(done), np.int64)
     end = done["end_s"].to_numpy(dtype=float)
     begin = 0.0
-    for rows in done.groupby(keys, sort=True).indices.values():  # sorted keys: the sending order
+    for k, rows in enumerate(done.groupby(keys, sort=True).indices.values()):  # sorted keys: the sending order
         offset[rows] = begin
         begin += end[rows].max() + _LEVEL_GAP_S
-    prompt = done["prompt_tokens"].to_numpy(dtype=np.int64)
-    if shared > prompt.min():
-        raise ValueError(f"shared_prefix_tokens={shared} exceeds the shortest prompt ({prompt.min()} tokens)")
+        tag = int((prompt[rows] - np.asarray(lane_tokens)[lane[rows]]).min())
+        run[rows] = k if tag > 0 else -1  # a tagged run's blocks are its own
+        common[rows] = shared + max(tag, 0)
+    if np.any(common > prompt):
+        raise ValueError(f"shared={shared} and the level tag exceed a prompt ({prompt.min()} tokens at least)")
     rows = np.repeat(np.arange(len(done)), prompt)
     position = np.arange(rows.size) - np.repeat(np.cumsum(prompt) - prompt, prompt)
-    owner = np.where(position < shared, -1, done["lane"].to_numpy(dtype=np.int64)[rows])
-    ids = np.unique(np.stack([owner, position], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    owner = np.where(position < common[rows], -1, lane[rows])
+    keys_ = np.stack([run[rows], owner, position], axis=1)
+    ids = np.unique(keys_, axis=0, return_inverse=True)[1].reshape(-1)
     trace = pd.DataFrame(
         {
             "arrival_s": offset + done["start_s"].to_numpy(dtype=float),
@@ -93,11 +106,13 @@ def sweep_trace(lanes: pd.DataFrame, shared: int) -> pd.DataFrame:
     return trace
 
 
-def predicted_hit_rates(lanes: pd.DataFrame, *, shared: int, cost: object, slots: int, **schedule: object) -> pd.Series:
+def predicted_hit_rates(
+    lanes: pd.DataFrame, *, shared: int, lane_tokens: list[int], cost: object, slots: int, **schedule: object
+) -> pd.Series:
     """Per in-flight limit, the hit rate :func:`toolkit.simulate` predicts for the sweep's requests
     (``sweep_trace``) on ``slots`` llama.cpp slots with ``cost``; ``schedule``: the server's scheduling
     keywords of ``simulate``."""
-    trace = sweep_trace(lanes, shared)
+    trace = sweep_trace(lanes, shared, lane_tokens)
     result = simulate(
         trace=trace.drop(columns="in_flight"),
         cost=cost,
@@ -113,21 +128,24 @@ def predicted_hit_rates(lanes: pd.DataFrame, *, shared: int, cost: object, slots
     return (sums["cached"] / sums["prompt"]).rename(COLUMN)
 
 
-def with_prediction(levels: pd.DataFrame, lanes: pd.DataFrame | None, profile, host, shared: int | None, slots: int):
+def with_prediction(
+    levels: pd.DataFrame, lanes: pd.DataFrame | None, profile, host, prefix: tuple[int, list[int]] | None, slots: int
+):
     """``levels`` with the model's hit rate per level (``predicted_prefix_hit_rate``) where the run was
-    profiled on the local server and recorded its shared prefix; else as given, with the reason the
-    prediction is missing in ``attrs["prefix_prediction"]``."""
+    profiled on the local server and recorded its lanes' prefix (``shared_prefix_tokens``' answer);
+    else as given, with the reason the prediction is missing in ``attrs["prefix_prediction"]``."""
     out = levels.copy()
     if profile is None or host is None or lanes is None:
         out.attrs["prefix_prediction"] = "no model of this server (not profiled)"
         return out
-    if shared is None:
+    if prefix is None:
         out.attrs["prefix_prediction"] = "not recorded (the lanes' shared prefix length)"
         return out
+    shared, lane_tokens = prefix
     breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
     fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
-    rates = predicted_hit_rates(lanes, shared=shared, cost=cm, slots=slots, **SCHEDULING)
+    rates = predicted_hit_rates(lanes, shared=shared, lane_tokens=lane_tokens, cost=cm, slots=slots, **SCHEDULING)
     out[COLUMN] = out["in_flight"].map(rates)
     out.attrs["prefix_prediction"] = f"toolkit.simulate, llama.cpp slots, a shared prefix of {shared} tokens"
     return out
