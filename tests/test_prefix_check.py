@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import toolkit
 from toolkit._report.prefix_check import predicted_hit_rates, shared_prefix_tokens, sweep_trace, with_prediction
-
-
-class StepCost:
-    """Every step 1 ms."""
-
-    kv_budget_tokens = 10**6
-    request_overhead_ms = 0.0
-
-    def step_ms(self, decode_seqs, kv_tokens, prefill_tokens=0, prefill_context_tokens=0):
-        return 1.0 + 0.0 * np.asarray(kv_tokens, dtype=float)
 
 
 def lanes():
@@ -48,7 +37,7 @@ def test_predicted_hit_rates_follow_the_slot_rule():
     # 2 slots. Level 1: lane 0 finds nothing; lane 1 shares 10/15 with the slot holding lane 0 (above the
     # 0.1 similarity) and reuses 10. Level 2: lane 1 finds its own prompt, all but its last token (14);
     # lane 0 then finds lane 1's in that slot: 10
-    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[15, 15], cost=StepCost(), slots=2)
+    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[15, 15], slots=2)
     assert rates.to_dict() == pytest.approx({1: 10 / 30, 2: 24 / 30})
 
 
@@ -61,17 +50,19 @@ def test_tagged_level_runs_share_nothing_with_each_other():
     blocks = trace["prefix_blocks"].tolist()
     assert blocks[0][:13] == blocks[1][:13] and blocks[0][13] != blocks[1][13]
     assert not set(blocks[2]) & set(blocks[1])
-    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[12, 12], cost=StepCost(), slots=2)
+    rates = predicted_hit_rates(lanes(), shared=10, lane_tokens=[12, 12], slots=2)
     assert rates.to_dict() == pytest.approx({1: 13 / 30, 2: 13 / 30})
 
 
 def test_a_run_without_the_field_says_not_recorded():
     levels = pd.DataFrame({"in_flight": [1, 2], "prefix_hit_rate": [0.4, 0.5]})
-    out = with_prediction(levels, lanes(), object(), object(), None, 2)  # an older run: no prefix recorded
+    out = with_prediction(levels, lanes(), None, 2)  # an older run: no prefix recorded
     assert "predicted_prefix_hit_rate" not in out.columns
     assert "not recorded" in out.attrs["prefix_prediction"]
     assert "not recorded" in toolkit.stat_tiles(out.assign(lanes=8, wall_s=1.0, dec_tok_s=1.0))
-    assert "not profiled" in with_prediction(levels, None, None, None, (10, [15, 15]), 2).attrs["prefix_prediction"]
+    assert "no requests" in with_prediction(levels, None, (10, [15, 15]), 2).attrs["prefix_prediction"]
+    predicted = with_prediction(levels, lanes(), (10, [15, 15]), 2)  # the slot rule's, as derived below
+    assert predicted["predicted_prefix_hit_rate"].tolist() == pytest.approx([10 / 30, 24 / 30])
 
 
 def test_the_tile_shows_the_prediction_beside_the_measured_rate():

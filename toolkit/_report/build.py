@@ -207,9 +207,7 @@ def _write(
         run = _recorded_run()
     else:
         run = _measure_local(out)
-    run.levels = with_prediction(
-        run.levels, run.lanes, run.profile, run.host, run.shared_prefix_tokens, LOCAL_SWEEP["lanes"]
-    )
+    run.levels = with_prediction(run.levels, run.lanes, run.shared_prefix_tokens, LOCAL_SWEEP["lanes"])
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)

@@ -11,13 +11,13 @@ the shared tokens; the tag's tokens are a lane's measured prompt less its untagg
 Untagged, a lane sends the same prompt at every level, and shares it whole with its earlier sends.
 
 The model replays the sweep's requests, level after level (pass by pass where the repeats are passes),
-each at its measured send time within its level, through :func:`toolkit.simulate` with llama.cpp's slots
-(``backend="llamacpp"``, the server's ``--parallel`` slots) and the cost model calibrated on the run's
-profile; a level's predicted hit rate is its requests' cached prompt tokens over their prompt tokens,
-as the server's ``/metrics`` counts them. The slots reuse the common prefix; a server on a
-sliding-window model without ``--swa-full`` (the report's) reuses only up to its checkpoints (where the
-last user message starts, and 4 tokens before a prompt's end: ``toolkit._sweep.llama_server``), a few
-tokens fewer per request here (the user prompts' common opening).
+through the simulator's llama.cpp slot cache (``toolkit._queueing.slot_cache``: ``toolkit.simulate``'s
+rule for ``backend="llamacpp"``, the server's ``--parallel`` slots) on the measured timeline: a request
+takes a slot when it was sent and frees it when its answer came. A level's predicted hit rate is its
+requests' cached prompt tokens over their prompt tokens, as the server's ``/metrics`` counts them. The
+slots reuse the common prefix; a server on a sliding-window model without ``--swa-full`` (the report's)
+reuses only up to its checkpoints (where the last user message starts, and 4 tokens before a prompt's
+end: ``toolkit._sweep.llama_server``), a few tokens fewer per request here.
 """
 
 from __future__ import annotations
@@ -25,17 +25,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from toolkit._calibration.calibrate import calibrate
-from toolkit._model.serving import cost_model
-from toolkit._queueing.simulator import simulate
-from toolkit._report.held_out import MODEL, QUANT
-from toolkit._sweep.llama_server import SCHEDULING
+from toolkit._queueing.prefix_segments import SLOT_PROMPT_SIMILARITY, prefix_caches
 
 __all__: list[str] = []
 
 COLUMN = "predicted_prefix_hit_rate"
 # a level's requests are replayed this long after the previous level's last answer (s)
 _LEVEL_GAP_S = 1.0
+# KV tokens free: more than the sweep's prompts, so no idle slot is purged
+_ROOM = 10**12
 
 
 def shared_prefix_tokens(
@@ -96,6 +94,7 @@ def sweep_trace(lanes: pd.DataFrame, shared: int, lane_tokens: list[int]) -> pd.
     trace = pd.DataFrame(
         {
             "arrival_s": offset + done["start_s"].to_numpy(dtype=float),
+            "end_s": offset + end,
             "prompt_tokens": prompt,
             "output_tokens": done["output_tokens"].to_numpy(dtype=np.int64),
             "in_flight": done["in_flight"].to_numpy(),
@@ -107,45 +106,50 @@ def sweep_trace(lanes: pd.DataFrame, shared: int, lane_tokens: list[int]) -> pd.
 
 
 def predicted_hit_rates(
-    lanes: pd.DataFrame, *, shared: int, lane_tokens: list[int], cost: object, slots: int, **schedule: object
+    lanes: pd.DataFrame, *, shared: int, lane_tokens: list[int], slots: int, similarity: float = SLOT_PROMPT_SIMILARITY
 ) -> pd.Series:
-    """Per in-flight limit, the hit rate :func:`toolkit.simulate` predicts for the sweep's requests
-    (``sweep_trace``) on ``slots`` llama.cpp slots with ``cost``; ``schedule``: the server's scheduling
-    keywords of ``simulate``."""
+    """Per in-flight limit, the hit rate of the sweep's requests (``sweep_trace``) on ``slots`` llama.cpp slots
+    (the simulator's slot cache, ``--slot-prompt-similarity`` ``similarity``) on the measured timeline: each
+    request takes a slot when it was sent, and its slot falls idle, keeping its prompt, when its answer
+    came (the answers that came at the same time first)."""
     trace = sweep_trace(lanes, shared, lane_tokens)
-    result = simulate(
-        trace=trace.drop(columns="in_flight"),
-        cost=cost,
-        max_batch=slots,
-        backend="llamacpp",
-        warmup_fraction=0.0,
-        progress=False,
-        **schedule,
+    cache = prefix_caches(trace, None, "llamacpp", 1, slots, 1, similarity)[0]
+    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+    events = sorted(
+        [(t, 0, r) for r, t in enumerate(trace["end_s"])] + [(t, 1, r) for r, t in enumerate(trace["arrival_s"])]
     )
-    cached = result.requests["cached_tokens"].to_numpy()
-    frame = pd.DataFrame({"in_flight": trace["in_flight"], "cached": cached, "prompt": trace["prompt_tokens"]})
+    cached = np.zeros(len(trace), dtype=np.int64)
+    for _, sent, r in events:
+        if sent:
+            cached[r] = cache.admit(r, _ROOM, int(prompt[r]))
+        else:
+            cache.finish(r, _ROOM)
+    frame = pd.DataFrame({"in_flight": trace["in_flight"], "cached": cached, "prompt": prompt})
     sums = frame.groupby("in_flight")[["cached", "prompt"]].sum()
     return (sums["cached"] / sums["prompt"]).rename(COLUMN)
 
 
 def with_prediction(
-    levels: pd.DataFrame, lanes: pd.DataFrame | None, profile, host, prefix: tuple[int, list[int]] | None, slots: int
-):
-    """``levels`` with the model's hit rate per level (``predicted_prefix_hit_rate``) where the run was
-    profiled on the local server and recorded its lanes' prefix (``shared_prefix_tokens``' answer);
-    else as given, with the reason the prediction is missing in ``attrs["prefix_prediction"]``."""
+    levels: pd.DataFrame, lanes: pd.DataFrame | None, prefix: tuple[int, list[int]] | None, slots: int
+) -> pd.DataFrame:
+    """``levels`` with the model's hit rate per level (``predicted_prefix_hit_rate``) where the run recorded
+    its requests and its lanes' prefix (``shared_prefix_tokens``' answer); else as given, with the
+    reason the prediction is missing in ``attrs["prefix_prediction"]``. The sweep is closed loop (a lane
+    is sent when an earlier one has been answered), so which prompts a request finds depends on which
+    answers had come when it was sent, which the measured times say (``predicted_hit_rates``), not on a
+    model of the server's speed; the server's KV holds the sweep's few prompts whole (its idle slots are
+    never purged)."""
     out = levels.copy()
-    if profile is None or host is None or lanes is None:
-        out.attrs["prefix_prediction"] = "no model of this server (not profiled)"
+    if lanes is None:
+        out.attrs["prefix_prediction"] = "no requests recorded"
         return out
     if prefix is None:
         out.attrs["prefix_prediction"] = "not recorded (the lanes' shared prefix length)"
         return out
     shared, lane_tokens = prefix
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
-    fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
-    cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
-    rates = predicted_hit_rates(lanes, shared=shared, lane_tokens=lane_tokens, cost=cm, slots=slots, **SCHEDULING)
+    rates = predicted_hit_rates(lanes, shared=shared, lane_tokens=lane_tokens, slots=slots)
     out[COLUMN] = out["in_flight"].map(rates)
-    out.attrs["prefix_prediction"] = f"toolkit.simulate, llama.cpp slots, a shared prefix of {shared} tokens"
+    out.attrs["prefix_prediction"] = (
+        f"the simulator's {slots} llama.cpp slots on the measured timeline, a shared prefix of {shared} tokens"
+    )
     return out
