@@ -20,8 +20,17 @@ from tqdm.auto import tqdm
 
 from toolkit._report.capacity_section import capacity_sentence
 from toolkit._report.conclusion import conclusion
-from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run, _Run
+from toolkit._report.measure import (
+    LOCAL_SWEEP,
+    REMOTE_SWEEP,
+    _display_url,
+    _measure,
+    _measure_local,
+    _recorded_run,
+    _Run,
+)
 from toolkit._report.page import _page, _slug
+from toolkit._report.prefix_check import with_prediction
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 from toolkit._report.trust_section import _trust
 from toolkit._sweep.files import redact
@@ -200,6 +209,7 @@ def _write(
         run = _recorded_run()
     else:
         run = _measure_local(out)
+    run.levels = with_prediction(run.levels, run.lanes, run.shared_prefix_tokens, LOCAL_SWEEP["lanes"])
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)

@@ -77,6 +77,10 @@ class _Run:
     # seconds each phase of obtaining the run took (``server``, ``profile``, ``sweep``, ``host``,
     # ``replay_stretch``, ``replay``, ``capacity``), summed over its passes; build_report adds its own phases
     phase_s: dict[str, float] = field(default_factory=dict)
+    # tokens every lane's prompt shares and each lane's prompt tokens, untagged, as the server counts them
+    # (toolkit._report.prefix_check); None: not recorded (a server without llama-server's tokenizer
+    # endpoints, or an older run)
+    shared_prefix_tokens: tuple[int, list[int]] | None = None
 
 
 def _recorded_run() -> _Run:
@@ -242,8 +246,11 @@ def _measure(
             BUSY_OPENING + f"{what}, so other work competed with the server and the client; treat every figure"
             " here as indicative only."
         )
+    from toolkit._report.prefix_check import shared_prefix_tokens
+
     run = _Run(result.levels, result.lanes, label, conditions)
     run.others["sweep"] = other
+    run.shared_prefix_tokens = shared_prefix_tokens(base_url, system_prompt, prompts, api_key)
     return run
 
 
