@@ -278,13 +278,13 @@ def test_an_overloaded_simulated_step_fails_as_unstable_with_its_growth():
 
 
 def test_find_capacity_brackets_an_md1_servers_capacity():
-    # 15 ms deterministic service, TTFT p90 within 75 ms: the closed form's capacity is ~50 req/s; 200
-    # requests a step, over four times the p90 rule's 46 (a faster service, for shorter steps, lets the
-    # loopback client's own latency on a busy host move the answer by more than 10%)
+    # 15 ms deterministic service, TTFT p90 within 75 ms: the closed form's capacity is ~50 req/s; 300
+    # requests a step, over six times the p90 rule's 46 (with 200, or a faster service for shorter steps,
+    # the loopback client's own latency on a busy host moved the answer by more than 10%)
     expected = md1_capacity(0.075, 0.90, 0.015, 0.015)
     with QueueServer(service_ms=15) as server:
         result = toolkit.find_capacity(
-            server.base_url, slo_ttft_ms=75, percentile=90, prompt_tokens=8, output_tokens=2, min_requests=200,
+            server.base_url, slo_ttft_ms=75, percentile=90, prompt_tokens=8, output_tokens=2, min_requests=300,
             rate_low_rps=30, rel_tolerance=0.1, repeats=2, drain_s=1.0, budget_s=150, progress=False,
         )  # fmt: skip
     s, steps = result.summary.iloc[0], result.steps
