@@ -89,28 +89,32 @@ def resolved_percentile(percentile: float, requests: int) -> float:
     return 100 * float(stats.beta.median(rank, requests - rank + 1))
 
 
-def measure_capacity(server: object, profile: pd.DataFrame, host: pd.DataFrame, *, max_batch: int) -> CapacityRun:
+def measure_capacity(
+    server: object, profile: pd.DataFrame, host: pd.DataFrame, *, max_batch: int, search: dict | None = None
+) -> CapacityRun:
     """Calibrate on ``profile`` as the trust check does, derive the SLO pair, predict the capacity,
-    then search the running ``server`` for it within ``CAPACITY_SEARCH['budget_s']``."""
+    then search the running ``server`` for it within ``search['budget_s']``. ``search`` (keys of
+    ``CAPACITY_SEARCH``) defaults to the report's cut-down search; a benchmark passes a longer one."""
+    search = dict(CAPACITY_SEARCH if search is None else search)
     breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
     fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
     unloaded = unloaded_ms(cm, max_batch=max_batch)
     slos = {m: round(SLO_MULTIPLES[m] * unloaded[m], 1) for m in SLO_MULTIPLES}
     common = {f"slo_{m}_ms": v for m, v in slos.items()} | CAPACITY_WORKLOAD
-    asked = CAPACITY_SEARCH["percentile"]
+    asked = search["percentile"]
     engine = {"cost": cm, "max_batch": max_batch, "cached_tokens": CACHED_TOKENS, "rate_low_rps": 0.5, **SCHEDULING}
-    resolved = resolved_percentile(asked, CAPACITY_SEARCH["min_requests"])
+    resolved = resolved_percentile(asked, search["min_requests"])
     predicted = predict_capacity(percentile=resolved, **engine, **common)
     strict = predict_capacity(percentile=asked, **engine, **common)
     common["percentile"] = asked
-    measured_requests = CAPACITY_SEARCH["min_requests"]
+    measured_requests = search["min_requests"]
     step_requests = measured_requests + math.ceil(measured_requests * WARMUP_FRACTION / (1 - WARMUP_FRACTION))
-    floor = step_requests * START_FLOOR_STEPS / CAPACITY_SEARCH["budget_s"]
+    floor = step_requests * START_FLOOR_STEPS / search["budget_s"]
     start = predicted.summary["capacity_rps"].iloc[0]
     start = max(START_SHARE * start, floor) if math.isfinite(start) else floor
-    search = {k: v for k, v in CAPACITY_SEARCH.items() if k != "percentile"}
-    measured = find_capacity(server=server, rate_low_rps=start, progress=False, **search, **common)
+    steps = {k: v for k, v in search.items() if k != "percentile"}
+    measured = find_capacity(server=server, rate_low_rps=start, progress=False, **steps, **common)
     return CapacityRun(measured, predicted, strict, slos, unloaded)
 
 
