@@ -90,6 +90,7 @@ def plan(
     verify: str | None = None,
     client: object = None,
     progress: bool | None = None,
+    layouts: object = ("aggregated",),
 ) -> pd.DataFrame:
     """Every fleet that can serve ``arrival_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -144,6 +145,10 @@ def plan(
         A tqdm bar over the stages (candidate grid, fleet search, each trace replay): True shows it,
         False never; None (default) shows it when stderr is a terminal and the plan is long (a trace
         to replay, or more than ``LONG_GRID`` model x GPU x format x TP combinations to evaluate).
+    layouts : {"aggregated", "disaggregated"} or both
+        ``"disaggregated"`` adds per configuration its cheapest xPyD split into prefill and decode pools over
+        NVLink (:mod:`toolkit._planning.disaggregation`), columns ``layout``, ``prefill_replicas``,
+        ``decode_replicas``, ``binding_pool`` and ``cheaper_layout``. Default: aggregated only, as before.
 
     Returns
     -------
@@ -177,27 +182,11 @@ def plan(
         the context (``prompt_tokens + output_tokens``) above that range, each quantity also named
         once in a ``UserWarning``.
     """
-    columns, bar, replay = _plan_columns(
-        arrival_rate,
-        prompt_tokens,
-        output_tokens,
-        slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms,
-        slo_e2e_ms=slo_e2e_ms,
-        percentile=percentile,
-        models=models,
-        gpus=gpus,
-        quants=quants,
-        backends=backends,
-        tensor_parallel=tensor_parallel,
-        max_replicas=max_replicas,
-        workload=workload,
-        prefix_cache_hit_rate=prefix_cache_hit_rate,
-        budget_usd_month=budget_usd_month,
-        calibration=calibration,
-        verify=verify,
-        progress=progress,
-    )
+    args = {k: v for k, v in locals().items() if k not in ("client", "layouts")}  # _plan_columns's arguments
+    from toolkit._planning.disaggregation import check_layouts, with_disaggregated  # pandas: plan() returns a table
+
+    chosen = check_layouts(layouts)
+    columns, bar, replay = _plan_columns(**args)
     try:
         import pandas as pd  # not at the top: the command line prints the columns without pandas
 
@@ -216,7 +205,11 @@ def plan(
         )
     finally:
         bar.close()
-    return table
+    if chosen == ("aggregated",):
+        return table
+    slos = dict(zip((f"slo_{m}" for m in LATENCY_METRICS), (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)))
+    inputs = dict(args, pct=percentile, slos=slos)
+    return with_disaggregated(table, chosen, inputs)
 
 
 def _plan_columns(
