@@ -4,10 +4,11 @@ The rules, each from an engine's or a paper's own text:
 
 * A prefill instance "performs only the prefill computation for this request to generate the first output
   token. It then sends the intermediate results (mainly KV caches) to a decoding instance" (DistServe, arXiv
-  2401.09670 section 2.3; vLLM's disaggregated-prefill proxy likewise sends each request to a prefill
-  instance with ``max_tokens=1`` first). So the prefill pool is simulated as its own engine, FCFS and
-  iteration by iteration like any replica here, on the requests with one output token each: a request's
-  TTFT is that pool's TTFT (its queue plus its prefill), nothing from the decode pool.
+  2401.09670 section 2.3). So the prefill pool is simulated as its own engine, FCFS and iteration by
+  iteration like any replica here, on the requests with one output token each: a request's TTFT is that
+  pool's TTFT (its queue plus its prefill), nothing from the decode pool. (vLLM's example P/D proxies also
+  send each request to a prefill instance with ``max_tokens=1`` first, but stream the client the decode
+  instance's tokens, so there the first token also waits for the transfer and one decode step.)
 * The KV then moves to a decode replica: :func:`toolkit.kv_transfer_ms`, counted after the prefill ends.
 * The decode pool admits a request once its KV has arrived and its memory and batch limit allow (DistServe
   section 4.3: a decoding instance fetches the KV "once it has sufficient memory", the prefill GPU holding
