@@ -136,3 +136,16 @@ def test_disaggregation_needs_an_open_loop_and_bad_transfer_input():
     with pytest.raises(ValueError, match="link_gb_s must be"):
         kv_transfer_ms(OPT_66B, 10, link_gb_s=-1.0)
     assert pools.layout == "1P1D"
+
+
+def test_each_pool_runs_on_its_own_gpu():
+    # the prefill pool on H100s, the decode pool on A100s: TTFT is the H100 engine's on the prompt-only
+    # workload; the decode pool's KV budget is the A100's (its own cost model)
+    trace = _trace(np.random.default_rng(5), 120, rate=10.0)
+    pools = {"prefill_replicas": 1, "decode_replicas": 1, "prefill_gpu": "H100 SXM", "decode_gpu": "A100 80GB"}
+    res = simulate("Llama-3.1-8B", "L4", "fp16", trace=trace, disaggregation=pools)
+    alone = simulate("Llama-3.1-8B", "H100 SXM", "fp16", trace=trace.assign(output_tokens=1))
+    np.testing.assert_array_equal(res.requests["ttft_s"].to_numpy(), alone.requests["ttft_s"].to_numpy())
+    a100 = simulate("Llama-3.1-8B", "A100 80GB", "fp16", trace=trace)
+    assert res.config["decode"]["kv_budget_tokens"] == a100.config["kv_budget_tokens"]
+    assert res.config["layout"] == "1P1D"
