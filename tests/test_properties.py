@@ -43,6 +43,7 @@ MODEL = "Llama-3.1-8B"
 GPU = "H100 SXM"
 QUANT = "fp16"
 SERVING = {"model": MODEL, "gpu": GPU, "quant": QUANT}
+SPECULATION = {"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 4, "acceptance_rate": 0.7}
 # a sweep folder the toolkit wrote (tests/data/toolkit_sweep/README.md)
 SWEEP_FOLDER = Path(__file__).parent / "data" / "toolkit_sweep"
 # a calibrate() row in its smallest form: the fitted parameters with their standard errors
@@ -129,6 +130,21 @@ SPECS: dict[str, Spec] = {
         kwargs={**SERVING, "prompt_tokens": 512}, numeric={"prompt_tokens": "array", "cached_tokens": "array"}
     ),
     "batching_curve": Spec(kwargs={**SERVING, "context_tokens": 4096}, numeric={"batch_sizes": "array?"}),
+    "expected_accepted_tokens": Spec(
+        kwargs={"acceptance_rate": 0.6, "num_speculative_tokens": 3}, numeric={"acceptance_rate": "array"}
+    ),
+    "speculative_decoding": Spec(
+        kwargs={
+            "cost": toolkit.cost_model(**SERVING),
+            "speculation": SPECULATION,
+            "batch_sizes": [1, 8],
+            "context_tokens": 1000,
+        },
+        numeric={"batch_sizes": "array"},
+    ),
+    "speculation_crossover_batch": Spec(
+        kwargs={"cost": toolkit.cost_model(**SERVING), "speculation": SPECULATION, "context_tokens": 1000}
+    ),
     "erlang_c": Spec(kwargs={"servers": 2, "offered_load": 1.0}, numeric={"servers": "int", "offered_load": "array"}),
     "queue_wait": Spec(
         kwargs={"arrival_rate": 1.0, "service_time_s": 0.5},
@@ -291,6 +307,7 @@ NOT_NUMERIC: dict[str, str] = {
     "kv_dtypes": "catalog listing, no argument",
     "backends": "catalog listing, no argument",
     "efficiency_defaults": "catalog listing, no argument",
+    "speculative_methods": "catalog listing, no argument",
     "workload_presets": "catalog listing, no argument",
     "CostModel": "a frozen record built by cost_model (which validates); its methods are covered as CostModel.*",
     "SimulationResult": "a result record returned by simulate",

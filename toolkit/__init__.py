@@ -37,6 +37,11 @@ _EXPORTS: dict[str, str] = {
     "ttft_ms": "_model.serving",
     "batching_curve": "_model.curves",
     "efficiency_defaults": "_model.efficiency",
+    # speculative decoding
+    "expected_accepted_tokens": "_model.speculation",
+    "speculative_decoding": "_model.speculative_table",
+    "speculation_crossover_batch": "_model.speculative_table",
+    "speculative_methods": "_model.speculative_table",
     # queueing
     "erlang_c": "_queueing.closed_forms",
     "queue_wait": "_queueing.closed_forms",

@@ -53,6 +53,7 @@ from toolkit._planning.grid import _build_grid, _calibration_key, _freeze
 from toolkit._planning.inputs import _constants, _degrees, _specs
 from toolkit._planning.no_plan import no_plan_reason
 from toolkit._planning.prefix import capacity_curve
+from toolkit._planning.speculation import check_speculation, speculation_columns
 from toolkit._progress import check_progress, progress_bar
 from toolkit._vocab.keywords import positional_deprecated
 from toolkit._vocab.load import Load
@@ -90,6 +91,7 @@ def plan(
     verify: str | None = None,
     client: object = None,
     progress: bool | None = None,
+    speculation: object = None,
     layouts: object = ("aggregated",),
 ) -> pd.DataFrame:
     """Every fleet that can serve ``arrival_rate`` requests/s, with its latency, cost and SLO verdict.
@@ -145,6 +147,9 @@ def plan(
         A tqdm bar over the stages (candidate grid, fleet search, each trace replay): True shows it,
         False never; None (default) shows it when stderr is a terminal and the plan is long (a trace
         to replay, or more than ``LONG_GRID`` model x GPU x format x TP combinations to evaluate).
+    speculation : dict, optional
+        As for :func:`toolkit.speculative_decoding`: adds ``speculation_batch``, ``speculation_speedup`` and
+        ``speculation_pays`` at each candidate's operating batch (:mod:`toolkit._planning.speculation`).
     layouts : {"aggregated", "disaggregated"} or both
         ``"disaggregated"`` adds per configuration its cheapest xPyD split into prefill and decode pools over
         NVLink (:mod:`toolkit._planning.disaggregation`), columns ``layout``, ``prefill_replicas``,
@@ -159,8 +164,7 @@ def plan(
         ``ttft_ms`` (queue wait at the percentile + prefill, ms), ``tpot_ms`` (time per output token
         at the percentile batch and prefill interruptions, ms), ``e2e_p{pct}_ms`` (``ttft_ms + q x
         output_tokens x tpot_ms``, ``q`` the percentile request length over the mean for the
-        workload: 1 for steady; ms),
-        ``cost_usd_month`` (price x tensor_parallel x replicas x ``hours_per_month``),
+        workload: 1 for steady; ms), ``cost_usd_month`` (price x tensor_parallel x replicas x ``hours_per_month``),
         ``cost_usd_per_1m_tokens`` (USD per million output tokens at the planned load),
         ``quality`` (MMLU % x format recovery, NaN when unknown), ``prefix_hit_rate`` (share of the
         prompt the prefix cache serves), ``meets_slo`` (bool: stable, every
@@ -172,20 +176,19 @@ def plan(
         first one broken), ``warnings`` (``"; "``-separated). With a trace as ``workload``
         or with ``verify``, also ``sim_ttft_ms``, ``sim_tpot_ms``, ``sim_e2e_ms`` (simulated on that
         configuration, at ``percentile``, ms), ``sim_meets_slo`` (False, and said in ``warnings``, where
-        the simulated queue grew through the run) and ``sim_disagrees`` (closed form
-        and simulation more than 25% apart on the end-to-end percentile), filled for the frontier
+        the simulated queue grew through the run) and ``sim_disagrees`` (closed form and simulation more than 25%
+        apart on the end-to-end percentile), filled for the frontier
         plans simulated and missing (NaN / NA) for the others. No rows, with a ``UserWarning`` saying
         which condition nothing asked for meets (context window, weight format, memory, replicas),
         where no configuration can serve the load.
-        With a ``calibration`` that records its measured range (:func:`toolkit.calibrate`), also
-        ``extrapolated`` (bool) and ``extrapolated_reason``: the candidate's ``batch``, the prompt or
-        the context (``prompt_tokens + output_tokens``) above that range, each quantity also named
-        once in a ``UserWarning``.
+        With a ``calibration`` that records its measured range (:func:`toolkit.calibrate`), also ``extrapolated``
+        (bool) and ``extrapolated_reason``: the candidate's ``batch``, the prompt or the context (``prompt_tokens
+        + output_tokens``) above that range, each quantity also named once in a ``UserWarning``.
     """
-    args = {k: v for k, v in locals().items() if k not in ("client", "layouts")}  # _plan_columns's arguments
+    args = {k: v for k, v in locals().items() if k not in ("client", "speculation", "layouts")}  # _plan_columns's
     from toolkit._planning.disaggregation import check_layouts, with_disaggregated  # pandas: plan() returns a table
 
-    chosen = check_layouts(layouts)
+    chosen, spec = check_layouts(layouts), check_speculation(speculation)
     columns, bar, replay = _plan_columns(**args)
     try:
         import pandas as pd  # not at the top: the command line prints the columns without pandas
@@ -200,9 +203,8 @@ def plan(
             load, pct, slos = replay
             table = verify_plans(table, load, verify is not None, pct, slos, calibration=calibration, client=client)
             bar.update()
-        table = table.assign(
-            **candidate_flags(calibration, table["batch"], prompt_tokens=prompt_tokens, output_tokens=output_tokens)
-        )
+        flags = candidate_flags(calibration, table["batch"], prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        table = speculation_columns(table.assign(**flags), spec, prompt_tokens, output_tokens, calibration)
     finally:
         bar.close()
     if chosen == ("aggregated",):
@@ -234,10 +236,9 @@ def _plan_columns(
     verify: str | None,
     progress: bool | None,
 ) -> tuple[dict[str, Any], Any, tuple | None]:
-    """:func:`plan`'s arguments checked and its table computed as columns, without pandas (the
-    command line prints them as they are): (the columns of :func:`fleet_columns`; the progress bar,
-    still open, where a stage is left; for a trace or ``verify``, the replay's (load, percentile,
-    SLOs), else None)."""
+    """:func:`plan`'s arguments checked and its table computed as columns, without pandas (the command line
+    prints them as they are): (the columns of :func:`fleet_columns`; the progress bar, still open, where a stage
+    is left; for a trace or ``verify``, the replay's (load, percentile, SLOs), else None)."""
     rate = check_number("arrival_rate", arrival_rate, low=0, low_inclusive=False)
     prompt = check_int("prompt_tokens", prompt_tokens, low=1, high=MAX_TOKENS)
     output = check_int("output_tokens", output_tokens, low=1, high=MAX_TOKENS)
@@ -256,11 +257,9 @@ def _plan_columns(
     curve = None if trace is None else capacity_curve(trace)
     if curve is not None and hit:
         raise ValueError("prefix_cache_hit_rate must be 0 with a trace of prefix_blocks (its reuse curve gives it)")
-    budget = (
-        None
-        if budget_usd_month is None
-        else check_number("budget_usd_month", budget_usd_month, low=0, low_inclusive=False)
-    )
+    budget = budget_usd_month
+    if budget is not None:
+        budget = check_number("budget_usd_month", budget, low=0, low_inclusive=False)
     check_progress(progress)
     frozen = lambda *args: tuple(_freeze(spec) for spec in _specs(*args))
     specs = (

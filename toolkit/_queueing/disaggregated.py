@@ -17,7 +17,8 @@ The rules, each from an engine's or a paper's own text:
   emit the remaining ``output_tokens - 1`` tokens. TPOT comes from this pool only.
 
 Each pool has its own GPU, tensor-parallel degree and batch limit; the prompt's KV, whole, lands in the
-decode pool's cache.
+decode pool's cache. Speculative decoding (``speculation``) runs in the decode pool only: the prefill pool
+emits one token per request.
 """
 
 from __future__ import annotations
@@ -187,7 +188,8 @@ def simulate_disaggregated(simulate: Any, args: dict[str, Any]) -> SimulationRes
         dec = simulate(
             cost=_handed(cost_d), trace=second, replicas=d.decode_replicas,
             max_batch=d.decode_max_batch or a["max_batch"],
-            routing="least_loaded" if a["routing"] == "prefix_affinity" else a["routing"], **shared,
+            routing="least_loaded" if a["routing"] == "prefix_affinity" else a["routing"],
+            speculation=a.get("speculation"), **shared,
         )  # fmt: skip
         r = dec.requests
         finish[later] = ready[later] + r["e2e_s"].to_numpy()

@@ -121,6 +121,7 @@ class _Engine:
         self.busy_at_window: list[float] = []  # busy seconds per replica when the measured window opens
         self.window_start = 0.0
         self.window_request = 0
+        self.draw: Any = None  # speculative decoding's accepted-length draw (toolkit._queueing.speculative)
 
     # ---- arrivals and routing -------------------------------------------------------------------
     def _fits(self, r: _Replica, rid: int) -> bool:
@@ -194,7 +195,7 @@ class _Engine:
         if decoding:
             done = r.steps - v["joined"][rid]
             kv = v["kv_join"][rid] + done
-            v["gen"][rid] += done
+            v["gen"][rid] += done if self.draw is None else self.draw.produced(rid, done)
             v["epoch"][rid] += 1  # its entry in the heap is now stale
             r.n_dec -= 1
             r.kv_dec -= kv

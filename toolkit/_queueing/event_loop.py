@@ -43,7 +43,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
     versions: list[int] = eng.versions
     reps: list[_Replica] = eng.reps
     clock = eng.clock
-    step_ms, fits, new_fit = clock.step_ms, clock.fits, clock.fit
+    step_ms, fits, new_fit, draw = clock.step_ms, clock.fits, clock.fit, eng.draw
     overhead: float = eng.overhead_s
     budget: int = eng.budget
     slack: int = eng.slack
@@ -87,8 +87,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
     completed: int
     room: int
     chunk: int
-    # now: the time of the event or arrival in hand; last: the latest time a replica fell idle or
-    # a heap entry went stale (a shortened run's former end), which bounds the simulation's end
+    # now: the event or arrival in hand; last: when a replica fell idle or a heap entry went stale (bounds the end)
     now: float = 0.0
     last: float = 0.0
     while True:
@@ -239,7 +238,8 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                     running[rid] = True
                     joined[rid] = steps
                     kv_join[rid] = kv
-                    heappush(heap, (steps + output[rid] - g, rid, epoch[rid]))
+                    k = output[rid] - g  # the steps to its last token (drawn with speculative decoding)
+                    heappush(heap, (steps + (k if draw is None else draw(rid, k)), rid, epoch[rid]))
                     n_dec += 1
                     kv_dec += kv
             if completed:

@@ -2,28 +2,26 @@
 
 The engine is scheduled per iteration, the way vLLM's is. At the start of every step a replica
 
-1. makes room for this step's decode tokens: while the KV cache cannot take one more token for every
-   decoding sequence it preempts the most recently admitted running request (recompute: its KV is
-   freed and it re-enters the front of the queue; on readmission it prefills prompt plus generated
-   tokens again), counting each preemption;
-2. spends a token budget of ``max_num_batched_tokens``: one token per decoding sequence, then prompt
-   chunks of the requests still prefilling (admission order), then admits waiting requests (FCFS,
-   stopping at the first that does not fit) while fewer than ``max_batch`` run, their whole prompt
-   fits in the KV cache and budget is left, giving each a chunk;
-3. takes the step's duration from the one cost model of the toolkit, ``CostModel.step_ms(decode_seqs,
-   kv_tokens, prefill_tokens, prefill_context_tokens, last_chunks)`` (prompts whose last chunk it prefills).
+1. makes room for this step's decode tokens: while the KV cache cannot take one more token for every decoding sequence
+   it preempts the most recently admitted running request (recompute: its KV is freed and it re-enters the front of
+   the queue; on readmission it prefills prompt plus generated tokens again), counting each preemption;
+2. spends a token budget of ``max_num_batched_tokens``: one token per decoding sequence, then prompt chunks of the
+   requests still prefilling (admission order), then admits waiting requests (FCFS, stopping at the first that does
+   not fit) while fewer than ``max_batch`` run, their whole prompt fits in the KV cache and budget is left, giving
+   each a chunk;
+3. takes the step's duration from the one cost model of the toolkit, ``CostModel.step_ms(decode_seqs, kv_tokens,
+   prefill_tokens, prefill_context_tokens, last_chunks)`` (prompts whose last chunk it prefills).
 
-A request whose last prompt chunk is prefilled emits its first token at the end of that step, then
-decodes one token per step until ``output_tokens``. KV is counted in tokens; each running sequence
-is also charged ``kv_block_tokens - 1`` tokens of paging slack (its last, partly filled block).
+A request whose last prompt chunk is prefilled emits its first token at the end of that step, then decodes one token
+per step until ``output_tokens``. KV is counted in tokens; each running sequence is also charged
+``kv_block_tokens - 1`` tokens of paging slack (its last, partly filled block).
 
-Speed: between events (an arrival that can be admitted, a prefill chunk, a completion, the KV cache
-filling up) the batch does not change, so a whole run of decode steps is advanced at once. Its
-duration is the sum of ``step_ms(n, K + i n)`` over the steps, computed in closed form from a
-piecewise-linear fit of ``step_ms`` in ``kv_tokens`` (for each batch size ``n``). The fit is exact
-wherever ``step_ms`` is piecewise linear in ``kv_tokens``, as the roofline ``max(memory, compute)`` of
-linear terms is: each piece is accepted only when 9 probes lie on its chord to 1e-10 relative.
-Steps that prefill are computed one call each.
+Speed: between events (an arrival that can be admitted, a prefill chunk, a completion, the KV cache filling up) the
+batch does not change, so a whole run of decode steps is advanced at once. Its duration is the sum of
+``step_ms(n, K + i n)`` over the steps, computed in closed form from a piecewise-linear fit of ``step_ms`` in
+``kv_tokens`` (for each batch size ``n``). The fit is exact wherever ``step_ms`` is piecewise linear in ``kv_tokens``,
+as the roofline ``max(memory, compute)`` of linear terms is: each piece is accepted only when 9 probes lie on its
+chord to 1e-10 relative. Steps that prefill are computed one call each.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from toolkit._queueing.disaggregated import simulate_disaggregated
 from toolkit._queueing.engine import _Engine
 from toolkit._queueing.prefix_cache import SLOT_PROMPT_SIMILARITY, prefix_caches
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
+from toolkit._queueing.speculative import speculative_engine
 from toolkit._queueing.workload import _cached_tokens, _cost, _draw_tokens, _load, check_breaks, check_fits
 from toolkit._vocab.keywords import positional_deprecated
 
@@ -91,6 +90,7 @@ def simulate(
     prefill_breaks: Sequence[int] = (),
     prefill_start_breaks: Sequence[int] = (),
     slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
+    speculation: object = None,
     disaggregation: object = None,
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
@@ -139,17 +139,16 @@ def simulate(
         cv^2 of gamma inter-arrival times (> 0 and at most 10,000; 1 is Poisson, larger is burstier;
         under 25 x ca2 requests warn that the run's rate spreads). Only with ``arrivals="gamma"``.
     trace : pandas.DataFrame, optional
-        Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``,
-        ``output_tokens`` (integers, 1 to 10**9); one request per row, at most 10**7. An optional
-        ``cached_tokens`` column (0 to ``prompt_tokens - 1``) gives the prompt tokens the server
-        finds in its cache: they hold KV and are attended to but never prefilled (a preempted
-        request finds them again). Or a ``prefix_blocks`` column (each prompt's block ids, blocks of
-        ``trace.attrs["prefix_block_tokens"]`` tokens; equal leading ids are a shared prefix): each
-        replica then runs a prefix cache with its engine's rules (``toolkit._queueing.prefix_cache``):
-        llama.cpp's slots for ``backend="llamacpp"`` (or ``"ollama"``), else vLLM's block cache (LRU
-        eviction of the blocks no running sequence holds, within the KV budget). The prefix a request
-        finds is not prefilled, so TTFT and the engine's work fall; the cache holds only KV memory the
-        running batch leaves free, so a fuller engine finds less.
+        Open loop from a trace: columns ``arrival_s`` (seconds from start), ``prompt_tokens``, ``output_tokens``
+        (integers, 1 to 10**9); one request per row, at most 10**7. An optional ``cached_tokens`` column (0 to
+        ``prompt_tokens - 1``) gives the prompt tokens the server finds in its cache: they hold KV and are attended to
+        but never prefilled (a preempted request finds them again). Or a ``prefix_blocks`` column (each prompt's block
+        ids, blocks of ``trace.attrs["prefix_block_tokens"]`` tokens; equal leading ids are a shared prefix): each
+        replica then runs a prefix cache with its engine's rules (``toolkit._queueing.prefix_cache``): llama.cpp's
+        slots for ``backend="llamacpp"`` (or ``"ollama"``), else vLLM's block cache (LRU eviction of the blocks no
+        running sequence holds, within the KV budget). The prefix a request finds is not prefilled, so TTFT and the
+        engine's work fall; the cache holds only KV memory the running batch leaves free, so a fuller engine finds
+        less.
     routing : {"round_robin", "least_loaded", "shared_queue", "prefix_affinity"}
         How requests reach replicas: in turn; to the replica with the fewest requests waiting plus
         running; held in one central FIFO queue and taken by the first replica with room (c
@@ -162,20 +161,18 @@ def simulate(
         Efficiency overrides; a calibrate() row's measured range adds ``summary``'s ``extrapolated[_reason]``.
     cost : object, optional
         Replaces the cost model: any object with ``step_ms(decode_seqs, kv_tokens, prefill_tokens,
-        prefill_context_tokens)`` (ms, numpy-broadcasting; given ``last_chunks`` too where its
-        ``step_ms`` takes that argument), ``kv_budget_tokens`` and
-        ``request_overhead_ms`` (optional ``kv_block_tokens``, ``max_batch``). Lets tests inject exact
-        service times.
+        prefill_context_tokens)`` (ms, numpy-broadcasting; given ``last_chunks`` too where its ``step_ms`` takes that
+        argument), ``kv_budget_tokens`` and ``request_overhead_ms`` (optional ``kv_block_tokens``, ``max_batch``).
+        Lets tests inject exact service times.
     output_cv : float, optional
-        Coefficient of variation given to a fixed (int) ``output_tokens`` in a closed loop: lengths
-        are drawn lognormal with that mean and spread (rounded, >= 1). Default 0.05 for a closed
-        loop (identical lengths keep every client in lock-step, each wave prefilling all prompts
-        together, which a real benchmark does not do) and 0 otherwise; recorded in ``config``.
+        Coefficient of variation given to a fixed (int) ``output_tokens`` in a closed loop: lengths are drawn
+        lognormal with that mean and spread (rounded, >= 1). Default 0.05 for a closed loop (identical lengths keep
+        every client in lock-step, each wave prefilling all prompts together, which a real benchmark does not do) and
+        0 otherwise; recorded in ``config``.
     warmup_fraction : float, optional
-        Fraction of the requests (the first ones sent) left out of ``summary`` as warm-up, in [0, 1).
-        Default 0.1, except 0 for a closed loop with at least as many clients as requests: every
-        request is sent at time 0, so none arrives at a warmed-up engine and dropping the first 10%
-        would under-report ``output_tok_s`` by 10%.
+        Fraction of the requests (the first ones sent) left out of ``summary`` as warm-up, in [0, 1). Default 0.1,
+        except 0 for a closed loop with at least as many clients as requests: every request is sent at time 0, so none
+        arrives at a warmed-up engine and dropping the first 10% would under-report ``output_tok_s`` by 10%.
     backend : str or spec, optional
         Serving backend passed to the cost model (its memory reservation and batch cap).
     progress : bool, optional
@@ -199,6 +196,9 @@ def simulate(
         llama-server's ``--slot-prompt-similarity`` (0 to 1; default 0.1, the server's): a request
         takes the idle slot sharing the largest fraction of its prompt above it. Used with
         ``prefix_blocks`` and a llama.cpp backend.
+    speculation : dict, optional
+        Speculative decoding, as for :func:`toolkit.speculative_decoding`: every step is priced as a speculative
+        one; each decoding sequence gains its drawn accepted length per step (:mod:`toolkit._queueing.speculative`).
     disaggregation : Disaggregation or dict, optional
         An xPyD deployment (:class:`toolkit.Disaggregation`, open loop only): a prefill pool gives each request
         its first token (TTFT), its KV crosses the link, a decode pool admits it once the KV has arrived and
@@ -232,10 +232,8 @@ def simulate(
     batch = check_int("max_batch", max_batch, low=1, high=MAX_BATCH)
     token_budget = check_int("max_num_batched_tokens", max_num_batched_tokens, low=1, high=MAX_TOKENS)
     if token_budget < batch:
-        raise ValueError(
-            f"max_num_batched_tokens must be >= max_batch ({batch}) so every running sequence can decode "
-            f"each step; got {token_budget}"
-        )
+        why = "so every running sequence can decode each step"
+        raise ValueError(f"max_num_batched_tokens must be >= max_batch ({batch}) {why}; got {token_budget}")
     n_replicas = check_int("replicas", replicas, low=1, high=MAX_REPLICAS)
     check_choice("routing", routing, _ROUTING)
     seed = check_int("seed", seed, low=0)
@@ -277,8 +275,9 @@ def simulate(
         raise ValueError("trace: give cached_tokens or prefix_blocks, not both (prefix_blocks simulates the cache)")
     if routing == "prefix_affinity" and caches is None:
         raise ValueError("routing='prefix_affinity' needs a trace with prefix_blocks")
+    clock_cost, draw = speculative_engine(cm, speculation, rng)
     engine = _Engine(
-        _Clock(cm, kv_budget),
+        _Clock(clock_cost, kv_budget),
         kv_budget,
         slack,
         batch,
@@ -296,7 +295,7 @@ def simulate(
         caches=caches,
     )
     n_warm = int(warm * n)
-    engine.window_request = n_warm
+    engine.window_request, engine.draw = n_warm, draw
     bar = progress_bar(progress, long=n >= LONG_REQUESTS, total=n, desc="simulate", unit="req")
     try:
         end = engine.run(None if concurrency is None else int(concurrency), bar)
@@ -312,6 +311,6 @@ def simulate(
         max_num_batched_tokens=token_budget, replicas=n_replicas, routing=routing, tensor_parallel=tensor_parallel,
         kv_budget_tokens=kv_budget, request_overhead_ms=cm.request_overhead_ms, seed=seed, warmup_fraction=warm,
         output_cv=spread, prefill_breaks=breaks, prefill_start_breaks=starts,
-        prefix_cache=None if caches is None else type(caches[0]).__name__.strip("_"),
+        prefix_cache=None if caches is None else type(caches[0]).__name__.strip("_"), speculation=speculation,
     )  # fmt: skip
     return SimulationResult(requests, pd.DataFrame([summary]), config)
