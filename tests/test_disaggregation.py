@@ -149,3 +149,14 @@ def test_each_pool_runs_on_its_own_gpu():
     a100 = simulate("Llama-3.1-8B", "A100 80GB", "fp16", trace=trace)
     assert res.config["decode"]["kv_budget_tokens"] == a100.config["kv_budget_tokens"]
     assert res.config["layout"] == "1P1D"
+
+
+def test_speculation_runs_in_the_decode_pool_only():
+    trace = _trace(np.random.default_rng(7), 80, rate=5.0)
+    pools = {"prefill_replicas": 1, "decode_replicas": 1}
+    spec = {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.8}
+    plain = simulate("Llama-3.1-8B", "H100 SXM", "fp16", trace=trace, disaggregation=pools)
+    fast = simulate("Llama-3.1-8B", "H100 SXM", "fp16", trace=trace, disaggregation=pools, speculation=spec)
+    np.testing.assert_array_equal(fast.requests["ttft_s"].to_numpy(), plain.requests["ttft_s"].to_numpy())
+    assert fast.config["decode"]["speculation"] == spec and fast.config["prefill"]["speculation"] is None
+    assert fast.summary["tpot_p50_s"].iloc[0] < plain.summary["tpot_p50_s"].iloc[0]  # light load: it pays
