@@ -104,6 +104,11 @@ def test_transfer_time_by_hand_for_opt_66b():
     ib = per_token * 512 / 4 / (50e9 * 0.87) * 1e3 + 0.010
     assert kv_transfer_ms(OPT_66B, 512, gpu="A100 80GB", link="infiniband", tensor_parallel=4) == pytest.approx(ib)
     assert set(kv_links()["link"]) == {"nvlink", "infiniband", "pcie"}
+    # an L4 has PCIe only: 32 GB/s at 0.78 (kv_links.csv); NVLink is refused
+    pcie = per_token * 512 / (32e9 * 0.78) * 1e3 + 0.010
+    assert kv_transfer_ms(OPT_66B, 512, gpu="L4", link="pcie") == pytest.approx(pcie, rel=1e-12)
+    with pytest.raises(ValueError, match="NVLink-class GPU"):
+        kv_transfer_ms(OPT_66B, 512, gpu="L4")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ OSDI'24, arXiv 2401.09670 section 2.3). The time of that hand-off, per prompt::
 ``kv_bytes_per_token`` is per GPU (the model's KV over the tensor-parallel degree): each rank sends its own
 shard over its own link at once, as DistServe places the matching stages of a prefill and a decoding instance
 on one node (section 4.2) and vLLM's NIXL connector moves the blocks rank to rank. The link figures are in
-``toolkit/_data/kv_links.csv``, each with its source: NVLink takes the GPU catalog's ``interconnect_gb_s``.
+``toolkit/_data/kv_links.csv``, each with its source: NVLink takes the GPU catalog's ``interconnect_gb_s``, on a
+GPU whose figure is NVLink-class (``nvlink_min_gb_s`` in efficiency.csv, as the all-reduce term decides).
 The transfer is counted whole after the prefill (Splitwise, arXiv 2311.18677 section IV-C, calls this the
 serialized transfer; its layer-wise transfer hides most of it under the prefill, so this errs high).
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from toolkit._args import check_array, check_choice, check_int, check_number
 from toolkit._data import load_csv, load_rows
-from toolkit._model.memory import kv_bytes_per_token
+from toolkit._model.memory import efficiency_value, kv_bytes_per_token
 from toolkit._model.resolve import resolve_gpu
 
 if TYPE_CHECKING:
@@ -62,9 +63,10 @@ def link_figures(
     eff = check_number("link_efficiency", eff, low=0, high=1, low_inclusive=False)
     if link_gb_s is None:
         link_gb_s = float(gpu.get("interconnect_gb_s", math.nan)) if link == "nvlink" else row["bandwidth_gb_s"]
-        if not link_gb_s > 0:
+        if not link_gb_s >= (efficiency_value("nvlink_min_gb_s") if link == "nvlink" else 0):
             raise ValueError(
-                f"link='nvlink' needs the GPU's interconnect_gb_s; {gpu['name']!r} has none: give link_gb_s"
+                f"link='nvlink' needs an NVLink-class GPU (interconnect_gb_s >= nvlink_min_gb_s); {gpu['name']!r} "
+                "has none: give link='pcie' or 'infiniband', or link_gb_s"
             )
     elif link_gb_s != math.inf:
         link_gb_s = check_number("link_gb_s", link_gb_s, low=0, low_inclusive=False)

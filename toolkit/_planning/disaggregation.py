@@ -14,7 +14,7 @@ then replicated to the rate). The closed forms, from the quantities :func:`toolk
   solved by fixed-point iteration from ``m = batch``; the percentile batch is ``1 +`` the Poisson percentile of
   ``m``, capped at ``batch`` (the largest of the configuration's aggregated batch grid: its KV and backend
   cap); ``tpot_ms`` = that batch's decode step plus the KV transfer spread over the ``output - 1`` later
-  tokens (:func:`toolkit.kv_transfer_ms`, ``link``), as the simulator counts it. ``y`` is the fewest
+  tokens (:func:`toolkit.kv_transfer_ms`: over NVLink, or PCIe on a GPU without it), as the simulator counts it. ``y`` is the fewest
   replicas that keep ``m < batch`` and meet the TPOT and end-to-end SLOs.
 * ``e2e`` = ``ttft_ms`` + transfer + ``q x (output - 1) x`` step, ``q`` the aggregated rows' length factor.
 * Cost: the configuration's GPU price x tensor parallel x (``x + y``). ``binding_pool``: the pool of the higher
@@ -25,12 +25,14 @@ then replicated to the rate). The closed forms, from the quantities :func:`toolk
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from toolkit._model.kv_transfer import link_figures, transfer_ms
+from toolkit._model.memory import efficiency_value
 from toolkit._model.resolve import resolve_backend, resolve_gpu, resolve_model, resolve_quant
 from toolkit._model.serving import cost_model
 from toolkit._planning.inputs import _poisson_quantile, _specs
@@ -94,9 +96,7 @@ def _lookup(kind: str, value: object, catalog: str, resolve) -> dict[str, dict]:
     return {spec["name"]: spec for spec in _specs(kind, value, catalog, resolve)}
 
 
-def with_disaggregated(
-    table: pd.DataFrame, layouts: tuple[str, ...], inputs: dict[str, Any], link: str = "nvlink"
-) -> pd.DataFrame:
+def with_disaggregated(table: pd.DataFrame, layouts: tuple[str, ...], inputs: dict[str, Any]) -> pd.DataFrame:
     """``table`` (plan's aggregated rows) with one xPyD row per configuration that can meet the SLOs, the
     columns ``layout``, ``prefill_replicas``, ``decode_replicas``, ``binding_pool`` and ``cheaper_layout``; only
     the xPyD rows where ``layouts`` leaves out ``"aggregated"``."""
@@ -124,7 +124,8 @@ def with_disaggregated(
         pre = _prefill_replicas(cm, rate, prompt, pct, slos.get("slo_ttft"), inputs["max_replicas"])
         if pre is None:
             continue
-        figures = link_figures(link, cm.gpu, link_gb_s=None, latency_us=None, efficiency=None)
+        nvlink = float(cm.gpu.get("interconnect_gb_s", math.nan)) >= efficiency_value("nvlink_min_gb_s")
+        figures = link_figures("nvlink" if nvlink else "pcie", cm.gpu, link_gb_s=None, latency_us=None, efficiency=None)
         move_ms = float(transfer_ms(np.array([prompt]), cm.kv_bytes_per_token, figures)[0])
         batch = int(group["batch"].max())
         dec = _decode_replicas(cm, rate, prompt, output, pct, batch, move_ms, pre[1], slos, inputs["max_replicas"])

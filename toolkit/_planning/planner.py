@@ -152,7 +152,7 @@ def plan(
         ``speculation_pays`` at each candidate's operating batch (:mod:`toolkit._planning.speculation`).
     layouts : {"aggregated", "disaggregated"} or both
         ``"disaggregated"`` adds per configuration its cheapest xPyD split into prefill and decode pools over
-        NVLink (:mod:`toolkit._planning.disaggregation`), columns ``layout``, ``prefill_replicas``,
+        NVLink, or PCIe without it (:mod:`toolkit._planning.disaggregation`), columns ``layout``, ``prefill_replicas``,
         ``decode_replicas``, ``binding_pool`` and ``cheaper_layout``. Default: aggregated only, as before.
 
     Returns
