@@ -215,6 +215,7 @@ def _result(requests: pd.DataFrame, pre: SimulationResult, dec: SimulationResult
     """The combined result: the summary of the whole requests, each pool's utilisation and stability."""
     pools = [pre] if dec is None else [pre, dec]
     sums = [pool.summary.iloc[0] for pool in pools]
+    # summarize reads an engine only for its loop kind and busy time; the pools' utilisations replace that below
     engine = SimpleNamespace(closed_loop=False, reps=[], busy_at_window=[], window_start=0.0)
     kv_budget = int(sums[-1]["kv_budget_tokens"])
     summary = summarize(requests, engine, math.nan, 0, kv_budget)
