@@ -64,3 +64,11 @@ def test_disaggregated_only_and_bad_layouts():
     assert len(only) and (only["layout"] != "aggregated").all()
     with pytest.raises(ValueError, match="layouts must name one or both of 'aggregated', 'disaggregated'"):
         plan(**ARGS, **CANDIDATES, layouts=("xpyd",))
+
+
+def test_split_rows_carry_no_speculation_figures():
+    spec = {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    table = plan(**ARGS, **CANDIDATES, tensor_parallel=(1,), speculation=spec, layouts=("aggregated", "disaggregated"))
+    split = table[table["layout"] != "aggregated"]
+    assert len(split) and split["speculation_speedup"].isna().all() and not split["speculation_pays"].any()
+    assert table["speculation_pays"].dtype == bool

@@ -147,6 +147,8 @@ def with_disaggregated(table: pd.DataFrame, layouts: tuple[str, ...], inputs: di
     split = pd.DataFrame(
         rows, columns=[*table.columns, "layout", "prefill_replicas", "decode_replicas", "binding_pool"]
     )
+    if "speculation_pays" in split.columns:  # not priced for a split (plan(speculation=...)): NaN and False
+        split["speculation_pays"] = False
     whole = table.assign(layout="aggregated", prefill_replicas=pd.NA, decode_replicas=pd.NA, binding_pool=pd.NA)
     both = pd.concat([whole, split.astype({"meets_slo": bool})], ignore_index=True)
     met = both[both["meets_slo"]]
