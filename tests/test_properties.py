@@ -96,6 +96,15 @@ def _cost_model_method(method: str) -> Callable[..., Any]:
 SPECS: dict[str, Spec] = {
     "kv_bytes_per_token": Spec(kwargs={"model": MODEL}, numeric={"context_tokens": "array?"}),
     "memory": Spec(kwargs={**SERVING, "context_tokens": 4096}),
+    "kv_transfer_ms": Spec(
+        kwargs={"model": MODEL, "prompt_tokens": 512},
+        numeric={"prompt_tokens": "array"},
+        skip_params={
+            "gpu": "a catalog name or spec",
+            "kv_dtype": "a catalog name or spec",
+            "link_gb_s": "math.inf is valid (an ideal link); negatives: test_disaggregation.py",
+        },
+    ),
     "cost_model": Spec(kwargs=SERVING),
     "CostModel.step_ms": Spec(
         call=lambda: _cost_model_method("step_ms"),
@@ -302,6 +311,9 @@ NOT_NUMERIC: dict[str, str] = {
     "workload_presets": "catalog listing, no argument",
     "CostModel": "a frozen record built by cost_model (which validates); its methods are covered as CostModel.*",
     "SimulationResult": "a result record returned by simulate",
+    "Disaggregation": "a frozen record of pool sizes and link figures; simulate validates each field "
+    "(tests/test_disaggregation.py::test_bad_disaggregation_names_the_field)",
+    "kv_links": "catalog listing, no argument",
     "SweepResult": "a result record returned by run_sweep",
     "ReplayResult": "a result record returned by replay_trace",
     "sweep": "the coroutine twin of run_sweep, sharing its validation; covered through run_sweep",

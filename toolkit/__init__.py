@@ -31,6 +31,8 @@ _EXPORTS: dict[str, str] = {
     "kv_bytes_per_token": "_model.memory",
     "memory": "_model.memory",
     "CostModel": "_model.cost",
+    "kv_transfer_ms": "_model.kv_transfer",
+    "kv_links": "_model.kv_transfer",
     "cost_model": "_model.serving",
     "ttft_ms": "_model.serving",
     "batching_curve": "_model.curves",
@@ -46,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "workload_presets": "_queueing.closed_forms",
     "simulate": "_queueing.simulator",
     "SimulationResult": "_queueing.sim_result",
+    "Disaggregation": "_queueing.disaggregated",
     "compare_wait_models": "_queueing.wait_check",
     # scale-out
     "simulate_grid": "_scale.grid",

@@ -92,6 +92,7 @@ def plan(
     client: object = None,
     progress: bool | None = None,
     speculation: object = None,
+    layouts: object = ("aggregated",),
 ) -> pd.DataFrame:
     """Every fleet that can serve ``arrival_rate`` requests/s, with its latency, cost and SLO verdict.
 
@@ -149,6 +150,10 @@ def plan(
     speculation : dict, optional
         As for :func:`toolkit.speculative_decoding`: adds ``speculation_batch``, ``speculation_speedup`` and
         ``speculation_pays`` at each candidate's operating batch (:mod:`toolkit._planning.speculation`).
+    layouts : {"aggregated", "disaggregated"} or both
+        ``"disaggregated"`` adds per configuration its cheapest xPyD split into prefill and decode pools over
+        NVLink, or PCIe without it (:mod:`toolkit._planning.disaggregation`), columns ``layout``, ``prefill_replicas``,
+        ``decode_replicas``, ``binding_pool`` and ``cheaper_layout``. Default: aggregated only, as before.
 
     Returns
     -------
@@ -180,28 +185,11 @@ def plan(
         (bool) and ``extrapolated_reason``: the candidate's ``batch``, the prompt or the context (``prompt_tokens
         + output_tokens``) above that range, each quantity also named once in a ``UserWarning``.
     """
-    spec = check_speculation(speculation)
-    columns, bar, replay = _plan_columns(
-        arrival_rate,
-        prompt_tokens,
-        output_tokens,
-        slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms,
-        slo_e2e_ms=slo_e2e_ms,
-        percentile=percentile,
-        models=models,
-        gpus=gpus,
-        quants=quants,
-        backends=backends,
-        tensor_parallel=tensor_parallel,
-        max_replicas=max_replicas,
-        workload=workload,
-        prefix_cache_hit_rate=prefix_cache_hit_rate,
-        budget_usd_month=budget_usd_month,
-        calibration=calibration,
-        verify=verify,
-        progress=progress,
-    )
+    args = {k: v for k, v in locals().items() if k not in ("client", "speculation", "layouts")}  # _plan_columns's
+    from toolkit._planning.disaggregation import check_layouts, with_disaggregated  # pandas: plan() returns a table
+
+    chosen, spec = check_layouts(layouts), check_speculation(speculation)
+    columns, bar, replay = _plan_columns(**args)
     try:
         import pandas as pd  # not at the top: the command line prints the columns without pandas
 
@@ -219,7 +207,11 @@ def plan(
         table = speculation_columns(table.assign(**flags), spec, prompt_tokens, output_tokens, calibration)
     finally:
         bar.close()
-    return table
+    if chosen == ("aggregated",):
+        return table
+    slos = dict(zip((f"slo_{m}" for m in LATENCY_METRICS), (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)))
+    inputs = dict(args, pct=percentile, slos=slos)
+    return with_disaggregated(table, chosen, inputs)
 
 
 def _plan_columns(

@@ -38,6 +38,7 @@ from toolkit._model.resolve import resolve_backend
 from toolkit._model.validity import simulation_flag
 from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
+from toolkit._queueing.disaggregated import simulate_disaggregated
 from toolkit._queueing.engine import _Engine
 from toolkit._queueing.prefix_segments import SLOT_PROMPT_SIMILARITY, prefix_caches
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
@@ -90,6 +91,7 @@ def simulate(
     prefill_start_breaks: Sequence[int] = (),
     slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
     speculation: object = None,
+    disaggregation: object = None,
 ) -> SimulationResult:
     """Simulate requests through replicas of a continuous-batching LLM server.
 
@@ -197,6 +199,11 @@ def simulate(
     speculation : dict, optional
         Speculative decoding, as for :func:`toolkit.speculative_decoding`: every step is priced as a speculative
         one; each decoding sequence gains its drawn accepted length per step (:mod:`toolkit._queueing.speculative`).
+    disaggregation : Disaggregation or dict, optional
+        An xPyD deployment (:class:`toolkit.Disaggregation`, open loop only): a prefill pool gives each request
+        its first token (TTFT), its KV crosses the link, a decode pool admits it once the KV has arrived and
+        memory allows and emits the rest (TPOT); ``.requests`` adds ``prefill_replica``, ``transfer_s`` and
+        ``decode_wait_s`` (``toolkit._queueing.disaggregated``). None (default): one aggregated pool.
 
     Returns
     -------
@@ -220,6 +227,8 @@ def simulate(
         the engine serves) and ``stable`` (False above 0.05: latencies that grow with the run's length).
         ``.config``: the settings used.
     """
+    if disaggregation is not None:
+        return simulate_disaggregated(simulate, dict(locals()))
     batch = check_int("max_batch", max_batch, low=1, high=MAX_BATCH)
     token_budget = check_int("max_num_batched_tokens", max_num_batched_tokens, low=1, high=MAX_TOKENS)
     if token_budget < batch:
@@ -297,24 +306,11 @@ def simulate(
     requests = request_records(engine, overhead_s, n_warm)
     summary = summarize(requests, engine, end, n_replicas, kv_budget)
     summary.update(simulation_flag(calibration, requests, batch, overhead_s))  # above the calibration's range?
-    config = {
-        "arrival_rate": arrival_rate,
-        "concurrency": concurrency,
-        "arrivals": arrivals,
-        "ca2": ca2,
-        "max_batch": batch,
-        "max_num_batched_tokens": token_budget,
-        "replicas": n_replicas,
-        "routing": routing,
-        "tensor_parallel": tensor_parallel,
-        "kv_budget_tokens": kv_budget,
-        "request_overhead_ms": cm.request_overhead_ms,
-        "seed": seed,
-        "warmup_fraction": warm,
-        "output_cv": spread,
-        "prefill_breaks": breaks,
-        "prefill_start_breaks": starts,
-        "prefix_cache": None if caches is None else type(caches[0]).__name__.strip("_"),
-        "speculation": speculation,
-    }
+    config = dict(
+        arrival_rate=arrival_rate, concurrency=concurrency, arrivals=arrivals, ca2=ca2, max_batch=batch,
+        max_num_batched_tokens=token_budget, replicas=n_replicas, routing=routing, tensor_parallel=tensor_parallel,
+        kv_budget_tokens=kv_budget, request_overhead_ms=cm.request_overhead_ms, seed=seed, warmup_fraction=warm,
+        output_cv=spread, prefill_breaks=breaks, prefill_start_breaks=starts,
+        prefix_cache=None if caches is None else type(caches[0]).__name__.strip("_"), speculation=speculation,
+    )  # fmt: skip
     return SimulationResult(requests, pd.DataFrame([summary]), config)
