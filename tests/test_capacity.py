@@ -252,6 +252,19 @@ def test_prediction_gives_each_slo_alone_and_the_one_that_binds():
     pd.testing.assert_frame_equal(result.steps.drop(columns="wall_s"), again.steps.drop(columns="wall_s"))
 
 
+def test_cached_tokens_and_prefill_breaks_reach_the_simulator():
+    # a chunk break at position 1 runs an uncached prompt's first token in a step of its own: service
+    # two 20 ms steps; with that token cached, one step
+    common = dict(cost=FixedStep(20), max_batch=1, slo_ttft_ms=200, prompt_tokens=4, output_tokens=1,
+                  prefill_start_breaks=(1,))  # fmt: skip
+    cut = toolkit.predict_capacity(**common).summary.iloc[0]["capacity_rps"]
+    cached = toolkit.predict_capacity(**common, cached_tokens=1).summary.iloc[0]["capacity_rps"]
+    assert cut == pytest.approx(md1_capacity(0.2, 0.99, 0.04, 0.04), rel=0.07)
+    assert cached == pytest.approx(md1_capacity(0.2, 0.99, 0.02, 0.02), rel=0.07)
+    with pytest.raises(ValueError, match="cached_tokens"):
+        toolkit.predict_capacity(**common, cached_tokens=-1)
+
+
 def test_an_overloaded_simulated_step_fails_as_unstable_with_its_growth():
     result = toolkit.predict_capacity(
         cost=FixedStep(40), max_batch=1, slo_ttft_ms=200, prompt_tokens=1, output_tokens=1, rate_low_rps=50
@@ -265,11 +278,13 @@ def test_an_overloaded_simulated_step_fails_as_unstable_with_its_growth():
 
 
 def test_find_capacity_brackets_an_md1_servers_capacity():
-    # 15 ms deterministic service, TTFT p90 within 75 ms: the closed form's capacity is ~50 req/s
+    # 15 ms deterministic service, TTFT p90 within 75 ms: the closed form's capacity is ~50 req/s; 200
+    # requests a step, over four times the p90 rule's 46 (a faster service, for shorter steps, lets the
+    # loopback client's own latency on a busy host move the answer by more than 10%)
     expected = md1_capacity(0.075, 0.90, 0.015, 0.015)
     with QueueServer(service_ms=15) as server:
         result = toolkit.find_capacity(
-            server.base_url, slo_ttft_ms=75, percentile=90, prompt_tokens=8, output_tokens=2, min_requests=300,
+            server.base_url, slo_ttft_ms=75, percentile=90, prompt_tokens=8, output_tokens=2, min_requests=200,
             rate_low_rps=30, rel_tolerance=0.1, repeats=2, drain_s=1.0, budget_s=150, progress=False,
         )  # fmt: skip
     s, steps = result.summary.iloc[0], result.steps
@@ -283,11 +298,12 @@ def test_find_capacity_brackets_an_md1_servers_capacity():
 
 
 def test_a_server_that_degrades_past_a_load_fails_on_tpot_by_its_margin():
-    # tokens every 2 ms, but 40 ms once more than one other answer is streaming: TPOT, not TTFT, fails
+    # tokens every 2 ms, but 40 ms once more than one other answer is streaming: TPOT, not TTFT, fails;
+    # 46 requests a step, the p90 rule's minimum
     with QueueServer(service_ms=5, itl_ms=2, degraded_itl_ms=40, degrade_above=1) as server:
         result = toolkit.find_capacity(
             server.base_url, slo_ttft_ms=1000, slo_tpot_ms=20, percentile=90, prompt_tokens=8, output_tokens=6,
-            min_requests=60, rate_low_rps=10, rel_tolerance=0.25, repeats=1, drain_s=1.0, budget_s=120,
+            min_requests=46, rate_low_rps=10, rel_tolerance=0.25, repeats=1, drain_s=1.0, budget_s=120,
             progress=False,
         )  # fmt: skip
     s, steps = result.summary.iloc[0], result.steps

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit._queueing.prefix_cache import _BlockCache, _SlotCache
+from toolkit._queueing.prefix_cache import _BlockCache
 from toolkit._queueing.prefix_segments import blocks_of, segments
 from toolkit._queueing.simulator import simulate
+from toolkit._queueing.slot_cache import _SlotCache
 
 MOONCAKE = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
 

@@ -645,6 +645,7 @@ def test_a_local_run_times_each_of_its_phases(monkeypatch, tmp_path):
     # as those amounts summed over their calls, the sweep's without the passes run between its own
     import types
 
+    import toolkit._report.capacity as capacity_module
     import toolkit._sweep.llama_server as llama_server
     import toolkit._sweep.profile as profile_module
     import toolkit._sweep.replay as replay_module
@@ -687,8 +688,11 @@ def test_a_local_run_times_each_of_its_phases(monkeypatch, tmp_path):
     monkeypatch.setattr(_measure, "load_trace", lambda *args, **kwargs: pd.DataFrame({"arrival_s": [0.0]}))
     monkeypatch.setattr(_measure.host_state, "sample", lambda pid=None: None)
     monkeypatch.setattr(_measure.host_state, "conditions", lambda before, after: {"other_cpu_share": 0.0})
+    monkeypatch.setattr(capacity_module, "measure_capacity", takes(70.0, "the capacity run"))
     run = _measure._measure_local(tmp_path)
-    # 3 host samples of 8 s, 4 profile passes of 20 s, 2 sweep passes of 50 s
+    # 3 host samples of 8 s, 4 profile passes of 20 s, 2 sweep passes of 50 s, one capacity search
     assert run.phase_s == pytest.approx(
-        {"host": 24.0, "server": 5.0, "profile": 80.0, "sweep": 100.0, "replay_stretch": 3.0, "replay": 100.0}
-    )
+        {"host": 24.0, "server": 5.0, "profile": 80.0, "sweep": 100.0, "replay_stretch": 3.0, "replay": 100.0,
+         "capacity": 70.0}
+    )  # fmt: skip
+    assert run.capacity == "the capacity run"

@@ -46,10 +46,16 @@ def test_turns_share_the_previous_prompts_full_blocks_and_sessions_the_system_pr
 def test_an_unbounded_cache_hits_what_the_sharing_gives_by_hand():
     n = 10
     frame = toolkit.session_workload(num_sessions=n, session_rate=1.0, **FIXED)
-    # per session: turn 0 finds the system prompt (all but the first session), turn 1 the 160
-    # tokens of turn 0's full blocks, turn 2 the 304 of turn 1's; prompts 164 + 314 + 464
-    expected = (64 * (n - 1) + 160 * n + 304 * n) / (942 * n)
+    # per session: turn 0 finds the system prompt (all but the first session); turn 1 the full blocks of
+    # turn 0's prompt and answer as an engine keeps them (164 + 50 - 1 = 213 tokens: 208), turn 2 those
+    # of turn 1's (314 + 49 = 363: 352); prompts 164 + 314 + 464
+    expected = (64 * (n - 1) + 208 * n + 352 * n) / (942 * n)
     assert reuse_summary(frame)["reuse_hit_rate"] == pytest.approx(expected, rel=1e-12)
+    # a cache of prompts only: turn 1 finds turn 0's 160 tokens of full prompt blocks, turn 2 turn 1's 304
+    prompts_only = (64 * (n - 1) + 160 * n + 304 * n) / (942 * n)
+    assert reuse_summary(frame.drop(columns="answer_blocks"))["reuse_hit_rate"] == pytest.approx(
+        prompts_only, rel=1e-12
+    )
 
 
 def test_system_prompts_follow_zipf_popularity():

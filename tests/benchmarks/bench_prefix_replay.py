@@ -19,9 +19,20 @@ points, TTFT p50 and p90 within 15%.
 position, so without it a slot reuses a prompt only up to the checkpoints it took (where the last user
 message starts, and 4 tokens before a prompt's end): two 122-token prompts sharing their first 95 of 98
 words shared 1 token, an identical one 117. With the whole window kept the server reuses the common
-prefix (104 and 121 tokens there), the rule the simulator models. The profile is calibrated without the
-checkpoint breaks of ``toolkit._sweep.llama_server.SCHEDULING``, on the assumption that a server that
-never restores a checkpoint does not cut its prefills for one either.
+prefix (104 and 121 tokens there), the rule the simulator models. It then takes no checkpoint at all
+(``update_slots``: ``do_checkpoint`` requires ``n_swa > 0 && !swa_full``; its debug log, ``-lv 5``,
+says ``do_checkpoint = no`` and creates none, where the default server creates one at 1 token and one
+4 tokens before the end of a 394-token prompt), so it never cuts a prefill for one: the profile is
+calibrated, and the replays predicted, without the breaks of ``toolkit._sweep.llama_server.SCHEDULING``,
+with its 512-token steps (``--ubatch-size``) only; the profile runs on this same server.
+
+A session's next turn holds the previous answer, which the slot kept (prompt and answer but its last
+token): the prediction gives the simulator the session workload's ``answer_blocks``, and the answers'
+lengths the replay asked for (``ignore_eos``). TTFT is measured from the send to the first streamed
+content, and the simulator's requests arrive at those send times. A server iteration prefills up to
+``--batch-size`` (2048) tokens from every slot as several 512-token passes and emits first tokens only
+after all of them, where the prediction steps by pass: the figures of a prediction in 2048-token steps
+are recorded beside it (``predicted_n_batch_steps``), to tell on an idle host which the server follows.
 
 Both sides count whole prompts: the chat template's tokens are part of the server's counts (its
 opening, 9 tokens here, is shared by every prompt), while the trace's blocks model only the text.
@@ -53,6 +64,11 @@ SESSIONS = {
 }  # fmt: skip
 MOONCAKE = {"name": "mooncake-synthetic", "start_s": 600, "duration_s": 300, "token_scale": 1 / 64}
 MOONCAKE_ROOTS = 4
+# llama.cpp's defaults: a server iteration fills a batch of up to --batch-size (n_batch, 2048) tokens from
+# every slot, and llama_decode runs it as graph passes of --ubatch-size (512) tokens; the server samples,
+# so emits first tokens, only after the whole batch (update_slots in tools/server/server-context.cpp).
+# The prediction steps by ubatch (the report's scheduling); steps of n_batch are recorded beside it.
+UBATCH, N_BATCH = 512, 2048
 MOONCAKE_SPAN_S = 60.0
 
 
@@ -68,20 +84,35 @@ def _mooncake_slice(tk):
     return picked
 
 
-def _compare(tk, replayed, cm):
-    """Predicted against measured for one replay: the simulator at the replay's send times."""
+def _compare(tk, replayed, costs, sent):
+    """Predicted against measured for one replay: the simulator at the replay's send times. ``sent`` is the
+    replayed trace (its requests are in the same order); its ``answer_blocks``, where it has them, come
+    with its answers' lengths, which the server produced (``ignore_eos``)."""
     requests = replayed.requests
     ok = requests[requests["outcome"].eq("ok")]
     trace = ok[["sent_s", "prompt_tokens_target", "output_tokens", "prefix_blocks"]].rename(
         columns={"sent_s": "arrival_s", "prompt_tokens_target": "prompt_tokens"}
     )
     trace["output_tokens"] = trace["output_tokens"].astype(int)
+    if "answer_blocks" in sent.columns:
+        trace["output_tokens"] = sent["output_tokens"].to_numpy()[ok.index]
+        trace["answer_blocks"] = sent["answer_blocks"].to_numpy()[ok.index]
     trace.attrs["prefix_block_tokens"] = replayed.params["prefix_block_tokens"]
-    sim = tk.simulate(
-        trace=trace.reset_index(drop=True), cost=cm, max_batch=SLOTS, backend="llamacpp", warmup_fraction=0.0,
-        max_num_batched_tokens=512, progress=False,
-    )  # fmt: skip
+    sims = {
+        step: tk.simulate(
+            trace=trace.reset_index(drop=True),
+            cost=cm,
+            max_batch=SLOTS,
+            backend="llamacpp",
+            warmup_fraction=0.0,
+            max_num_batched_tokens=step,
+            progress=False,
+        )
+        for step, cm in costs.items()
+    }
+    sim = sims[UBATCH]
     predicted_ttft = sim.requests["ttft_s"].to_numpy() * 1000
+    batch_ttft = sims[N_BATCH].requests["ttft_s"].to_numpy() * 1000
     measured_hit = float(ok["cached_tokens"].sum() / ok["prompt_tokens"].sum())
     predicted_hit = float(sim.summary["prefix_hit_rate"].iloc[0])
     row = {
@@ -89,6 +120,7 @@ def _compare(tk, replayed, cm):
         "ok": len(ok),
         "prompt_tokens_mean": round(float(ok["prompt_tokens"].mean()), 1),
         "prompt_exact_share": round(float(replayed.summary["prompt_exact_share"].iloc[0]), 3),
+        "output_exact_share": round(float(replayed.summary["output_exact_share"].iloc[0]), 3),
         "hit_rate": {"measured": round(measured_hit, 4), "predicted": round(predicted_hit, 4)},
         "hit_rate_points_off": round(100 * (predicted_hit - measured_hit), 2),
         "hit_rate_within_5_points": bool(abs(predicted_hit - measured_hit) <= 0.05),
@@ -96,7 +128,11 @@ def _compare(tk, replayed, cm):
     for q in (50, 90):
         measured = float(np.percentile(ok["ttft_ms"], q))
         predicted = float(np.percentile(predicted_ttft, q))
-        row[f"ttft_p{q}_ms"] = {"measured": round(measured, 1), "predicted": round(predicted, 1)}
+        row[f"ttft_p{q}_ms"] = {
+            "measured": round(measured, 1),
+            "predicted": round(predicted, 1),
+            "predicted_n_batch_steps": round(float(np.percentile(batch_ttft, q)), 1),
+        }
         row[f"ttft_p{q}_rel_err"] = round(predicted / measured - 1, 3)
         row[f"ttft_p{q}_within_15pct"] = bool(abs(predicted / measured - 1) <= 0.15)
     return row
@@ -128,7 +164,10 @@ def main() -> None:
             others[name] = host_state.conditions(before, after)["other_cpu_share"]
             phase_s[name] = round(after.wall_s - before.wall_s, 1)
     fitted = tk.calibrate(profiled, MODEL, host, QUANT)
-    cm = tk.cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=512)
+    costs = {
+        step: tk.cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=step)
+        for step in (UBATCH, N_BATCH)
+    }
     shares = {k: round(float(v), 4) for k, v in others.items()}
     busy = bench_host_busy(
         load_before, profiled, {k: v for k, v in shares.items() if k != "profile"}, os.cpu_count() or 1
@@ -142,7 +181,10 @@ def main() -> None:
         "session_workload": {k: list(v) if isinstance(v, tuple) else v for k, v in SESSIONS.items()},
         "mooncake_slice": MOONCAKE | {"token_scale": "1/64", "roots": MOONCAKE_ROOTS, "span_s": MOONCAKE_SPAN_S},
         "calibration": {n: round(float(fitted[n].iloc[0]), 4) for n in ("mbu", "mfu", "serial_share")},
-        "results": {name: _compare(tk, replayed, cm) for name, replayed in replays.items()},
+        "results": {
+            name: _compare(tk, replayed, costs, {"sessions": sessions, "mooncake": mooncake}[name])
+            for name, replayed in replays.items()
+        },
         "turn_template_tokens": replays["sessions"].params["turn_template_tokens"],
         "others_cpu_share": shares,
         "host_load_1m_before": load_before,

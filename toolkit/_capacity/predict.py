@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from toolkit._args import check_int
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import search
 from toolkit._capacity.spec import METRICS, Spec, check_spec, step_seed, step_trace
@@ -47,6 +48,9 @@ def predict_capacity(
     tensor_parallel: int = 1,
     kv_dtype: object = "fp16",
     backend: object = None,
+    prefill_breaks: tuple[int, ...] = (),
+    prefill_start_breaks: tuple[int, ...] = (),
+    cached_tokens: int = 0,
     seed: int = 0,
 ) -> CapacityResult:
     """Predict the highest open-loop arrival rate a server sustains within its latency SLOs.
@@ -70,6 +74,14 @@ def predict_capacity(
         As for :func:`toolkit.find_capacity` (``rel_tolerance`` defaults finer, 0.02).
     calibration, cost, max_batch, max_num_batched_tokens, tensor_parallel, kv_dtype, backend
         As for :func:`toolkit.simulate`.
+    prefill_breaks, prefill_start_breaks
+        How the server cuts a prompt's prefill into chunks, as for :func:`toolkit.simulate` (the local
+        llama-server's are ``toolkit._sweep.llama_server.SCHEDULING``'s).
+    cached_tokens : int
+        Tokens at the start of every generated prompt the server finds in its prefix cache (0 to
+        10**6; at most the prompt's length less one), as a trace's ``cached_tokens``: a llama-server
+        keeps a chat's first token (BOS) from the request before, so 1 there. Ignored with a ``trace``,
+        which carries its own.
     seed : int
         Seed of the steps' requests (0 to 2**61); step ``i`` uses ``seed + i * 2**24``, as
         :func:`toolkit.find_capacity`'s steps do.
@@ -89,6 +101,7 @@ def predict_capacity(
 
     started = time.perf_counter()
     spec = check_spec(dict(locals()))
+    cached = check_int("cached_tokens", cached_tokens, low=0, high=10**6)
     if min_requests is None:
         spec = Spec(**{**spec.__dict__, "min_requests": max(spec.rule_requests, PREDICT_REQUESTS)})
     if cost is None:
@@ -96,16 +109,20 @@ def predict_capacity(
             model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype, calibration=calibration,
             backend=backend, max_num_batched_tokens=max_num_batched_tokens,
         )  # fmt: skip
-    engine = {"cost": cost, "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens}
-    outcome = _search(spec, engine)
+    engine = {
+        "cost": cost, "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens,
+        "prefill_breaks": tuple(prefill_breaks), "prefill_start_breaks": tuple(prefill_start_breaks),
+    }  # fmt: skip
+    outcome = _search(spec, engine, cached)
     alone = {f"{m}_alone_rps": math.nan for m in METRICS}
     for metric, slo in spec.slos.items():
         if len(spec.slos) == 1:
             alone[f"{metric}_alone_rps"] = outcome.capacity_rps
         else:
             only = Spec(**{**spec.__dict__, "slos": {metric: slo}})
-            alone[f"{metric}_alone_rps"] = _search(only, engine).capacity_rps
+            alone[f"{metric}_alone_rps"] = _search(only, engine, cached).capacity_rps
     params = {"model": model, "gpu": gpu, "quant": quant, "drain_s": spec.drain_s, "seed": spec.seed, **engine}
+    params["cached_tokens"] = cached
     result = build_result(
         outcome, spec, wall_s=time.perf_counter() - started, budget_s=math.inf, params=params, warnings=[]
     )
@@ -114,7 +131,7 @@ def predict_capacity(
     return result
 
 
-def _search(spec: Spec, engine: dict[str, Any]):
+def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int):
     from toolkit._queueing.simulator import simulate
 
     runs: list[float] = []
@@ -124,6 +141,8 @@ def _search(spec: Spec, engine: dict[str, Any]):
         runs.append(rate)
         t0 = time.perf_counter()
         trace = step_trace(spec, rate, seed)
+        if spec.trace is None and cached_tokens:
+            trace["cached_tokens"] = (trace["prompt_tokens"] - 1).clip(lower=0, upper=cached_tokens)
         sim = simulate(
             model=None, gpu=None, quant=None, prompt_tokens=None, output_tokens=None, num_requests=None,
             trace=trace, seed=seed, progress=False, **engine,

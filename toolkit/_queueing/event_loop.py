@@ -216,7 +216,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                 kv = kv_join[rid] + steps - joined[rid]
                 n_dec -= 1
                 kv_dec -= kv
-                r.cache.release(rid, budget - kv_used)
+                r.cache.finish(rid, budget - kv_used)
                 kv_used -= kv + slack
                 del running[rid]
                 finish_t[rid] = now
@@ -229,7 +229,7 @@ def run_events(eng: Any, concurrency: int | None, bar: Any) -> float:
                     if g == 1:  # its first token (one preempted while decoding had generated tokens)
                         first_t[rid] = now
                     if g >= output[rid]:
-                        r.cache.release(rid, budget - kv_used)
+                        r.cache.finish(rid, budget - kv_used)
                         kv_used -= kv + slack
                         del running[rid]
                         finish_t[rid] = now

@@ -22,21 +22,15 @@ Each replica keeps one cache, with its engine's rules:
   that free memory shrinks (an admission, a decode run's growth seen at the next completion or
   admission).
 
-:class:`_SlotCache` (llama.cpp's ``llama-server``, ``tools/server/server-context.cpp``):
+:class:`toolkit._queueing.slot_cache._SlotCache` is llama.cpp's server (its module notes).
 
-- a request takes an idle slot (``get_available_slot``): the one whose last prompt shares the
-  largest fraction of the new prompt (longest common prefix over the new prompt's length) above
-  ``--slot-prompt-similarity`` (default 0.1, ``common/common.h``), else the least recently used idle
-  slot (the last of equals, as its ``<=`` comparison picks);
-- it reuses the common prefix of the new prompt and the slot's last one, less the last token when
-  that is the whole prompt (``update_slots`` evaluates at least one token for the logits);
-- with ``--kv-unified`` (the toolkit's ``LlamaServer`` default) every slot shares one KV buffer: an
-  idle slot's prompt holds cells until a new sequence needs them, then ``try_clear_idle_slots``
-  purges idle slots one at a time in slot order. The host-memory prompt cache (``--cache-ram``) is
-  not modelled.
-
-Both count tokens at the trace's block granularity: a block is reused whole or not at all, and only a
-request's prompt blocks are cached (a trace names no blocks for its answers). They track blocks in
+Both keep a finished request's answer after its prompt where the trace names the answer's blocks
+(``answer_blocks``, a session workload's): the engine has decoded ``prompt + output - 1`` tokens into
+the sequence's KV (the last sampled token never is), llama.cpp's slot keeps them all (``update_slots``
+pushes each decoded ``slot.sampled`` to the slot's tokens) and vLLM caches their full blocks (the
+request's ``block_hashes`` grow with its output, ``allocate_slots`` caches up to ``num_tokens``); a
+preempted request keeps its prompt only. Both count tokens at the trace's block granularity: a block
+is reused whole or not at all (a partial last block is cached as the tokens it holds). They track blocks in
 segments, runs of blocks always used together (``toolkit._queueing.prefix_segments``): a cached segment
 is the tokens of its leading blocks still cached, so a request costs the work of its few segments, not
 of its many blocks. Simplifications: a prompt is registered whole at admission where vLLM registers the
@@ -67,12 +61,16 @@ class _FixedCache:
     def release(self, rid: int, room: int) -> None:
         return None
 
+    def finish(self, rid: int, room: int) -> None:
+        return None
+
 
 class _Blocks:
     """Every request's prompt in segments: request r's segment ids are ``seg[start[r]:start[r + 1]]``,
     segment s holds ``seg_blocks[s]`` blocks, request r ``n_blocks[r]`` blocks of ``block`` tokens but
     the last, which holds the rest of its ``prompt[r]`` tokens. A hit counts whole ``unit``-token engine
-    blocks of at most ``prompt - 1`` tokens."""
+    blocks of at most ``prompt - 1`` tokens. Of ``n`` requests, rows ``n + r`` (where there are ``2n``)
+    are the token streams kept once request r has answered (``prefix_segments``)."""
 
     def __init__(
         self,
@@ -83,6 +81,7 @@ class _Blocks:
         prompt: list[int],
         block: int,
         unit: int,
+        n: int,
     ):
         self.seg = seg
         self.start = start
@@ -92,6 +91,8 @@ class _Blocks:
         self.last: list[int] = [p - (k - 1) * block for p, k in zip(prompt, n_blocks)]
         self.block = block
         self.unit = unit
+        self.n = n
+        self.answers = len(n_blocks) > n
 
     def reusable(self, hit: int, tokens: int) -> int:
         """Of ``hit`` leading tokens found computed of a sequence of ``tokens`` (its prompt, and the tokens it
@@ -203,96 +204,33 @@ class _BlockCache:
             s = b.seg[j]
             size = b.seg_blocks[s] * b.block
 
-
-class _SlotCache:
-    """A llama-server replica's slots: each keeps its last prompt (module notes)."""
-
-    def __init__(self, blocks: _Blocks, slots: int, similarity: float):
-        self.blocks = blocks
-        self.similarity = similarity
-        self.prompt: list[int] = [-1] * slots  # the request whose prompt the slot holds (-1: empty)
-        self.busy: list[bool] = [False] * slots
-        self.last_used: list[int] = [-1] * slots
-        self.slot_of: dict[int, int] = {}
-        self.uses = 0
-
-    def size_tokens(self) -> int:
-        """Tokens of the prompts idle slots hold."""
-        total = 0
-        for s, rid in enumerate(self.prompt):
-            if rid >= 0 and not self.busy[s]:
-                total += self._tokens(rid)
-        return total
-
-    def _tokens(self, rid: int) -> int:
-        return self.blocks.prompt[rid]
-
-    def common(self, a: int, rid: int) -> int:
-        """Tokens of the common prefix of request ``a``'s prompt and ``rid``'s (whole trace blocks): it
-        ends on a segment boundary of both."""
+    def finish(self, rid: int, room: int) -> None:
+        """``rid`` finished, ``room`` KV tokens free before it frees its own: its kept token stream (prompt
+        and answer, where the trace names the answer's blocks) joins the cache, tail first, less the
+        blocks other running requests hold; a prompt's partial last block that the answer filled is not
+        kept (vLLM caches full blocks only)."""
         b = self.blocks
-        i, j, end_i, end_j = b.start[rid], b.start[a], b.start[rid + 1], b.start[a + 1]
-        n = 0
-        while i < end_i and j < end_j and b.seg[i] == b.seg[j]:
-            n += b.seg_blocks[b.seg[i]]
-            i += 1
-            j += 1
-        if not n:
-            return 0
-        # the last common block: whole unless it ends either prompt
-        mine_size = b.last[rid] if n == b.n_blocks[rid] else b.block
-        their_size = b.last[a] if n == b.n_blocks[a] else b.block
-        return (n - 1) * b.block + min(mine_size, their_size)
-
-    def match(self, rid: int) -> int:
-        """The longest common prefix of ``rid``'s prompt with an idle slot's (tokens)."""
-        best = 0
-        for s, held in enumerate(self.prompt):
-            if held >= 0 and not self.busy[s]:
-                best = max(best, self.common(held, rid))
-        return best
-
-    def trim(self, room: int) -> None:
-        """Purge idle slots, in slot order, while their prompts exceed ``room`` tokens."""
-        over = self.size_tokens() - room
-        for s, rid in enumerate(self.prompt):
-            if over <= 0:
-                break
-            if rid >= 0 and not self.busy[s]:
-                over -= self._tokens(rid)
-                self.prompt[s] = -1
-
-    def admit(self, rid: int, room: int, need: int, slack: int = 0) -> int:
-        """``rid`` takes a slot (``get_available_slot``'s rule) with ``need`` tokens and ``slack``, which
-        leaves ``room`` KV tokens free: the prompt tokens it reuses."""
-        self.trim(room + need + slack)
-        n_tokens = self._tokens(rid)
-        chosen, best = -1, 0.0
-        for s, held in enumerate(self.prompt):
-            if self.busy[s] or held < 0:
-                continue
-            sim = self.common(held, rid) / n_tokens
-            if sim > best and sim > self.similarity:
-                chosen, best = s, sim
-        if chosen < 0:
-            oldest = 0
-            for s in range(len(self.prompt)):
-                if not self.busy[s] and (chosen < 0 or self.last_used[s] <= oldest):
-                    chosen, oldest = s, self.last_used[s]
-        if chosen < 0:
-            raise RuntimeError("no idle llama-server slot: the simulator admitted more requests than slots")
-        held = self.prompt[chosen]
-        cached = 0 if held < 0 else self.blocks.reusable(self.common(held, rid), need)
-        self.prompt[chosen] = rid
-        self.busy[chosen] = True
-        self.slot_of[rid] = chosen
-        self.trim(room)
-        return cached
-
-    def release(self, rid: int, room: int) -> None:
-        """``rid`` finished or was preempted: its slot falls idle, keeping its prompt."""
-        self.trim(room)
-        s = self.slot_of.pop(rid)
-        self.busy[s] = False
-        self.last_used[s] = self.uses
-        self.uses += 1
+        if not b.answers:
+            self.release(rid, room)
+            return
+        if self.free_tokens > room:
+            self.trim(room)
+        held, free = self.held, self.free
+        for j in range(b.start[rid], b.start[rid + 1]):
+            held[b.seg[j]] -= 1
+        row = b.n + rid
+        first = b.start[row]
+        j = b.start[row + 1] - 1
+        s = b.seg[j]
+        size = (b.seg_blocks[s] - 1) * b.block + b.last[row]  # the last segment ends in the stream's tail
+        while True:
+            if not held[s]:
+                before = free.pop(s, 0)
+                tokens = size if size > before else before
+                free[s] = tokens
+                self.free_tokens += tokens - before
+            if j == first:
+                return
+            j -= 1
+            s = b.seg[j]
+            size = b.seg_blocks[s] * b.block

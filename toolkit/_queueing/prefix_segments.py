@@ -9,6 +9,11 @@ and do per request the work of its segments rather than of its blocks, with the 
 segment for a system prompt, one for what a conversation's earlier turn sent, one for a request's own
 blocks. The rule is a property of the block ids, not of the request, so a segment is fixed by its
 first block, and two prompts' common prefix ends on a segment boundary of both.
+
+A trace with ``answer_blocks`` (a session workload's) gives each request a second row, the token
+stream an engine keeps once it has answered (``prompt + output - 1`` tokens): its prompt's full blocks,
+then its answer's blocks. Rows ``n .. 2n - 1`` of the caches' view are those streams, segmented with
+the prompts, so a finished request's cache entry holds its answer (``toolkit._workload.sessions``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from toolkit._queueing.prefix_cache import _BlockCache, _Blocks, _SlotCache
+from toolkit._queueing.prefix_cache import _BlockCache, _Blocks
+from toolkit._queueing.slot_cache import _SlotCache
 
 __all__: list[str] = []
 
@@ -49,6 +55,53 @@ def check_prefix_blocks(trace: pd.DataFrame) -> tuple[int, np.ndarray, np.ndarra
             f"{counts[bad[0]]} for {prompt[bad[0]]} tokens"
         )
     return int(block), ids, np.concatenate([[0], np.cumsum(counts)])
+
+
+def check_answer_blocks(trace: pd.DataFrame, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's ``answer_blocks`` flattened in row order with each row's offsets, checked: each request
+    has ``ceil((prompt + output - 1) / block) - prompt // block`` integer ids, else a ValueError naming
+    the first row that does not."""
+    column = trace["answer_blocks"].tolist()
+    try:
+        counts = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
+        ids = np.fromiter(itertools.chain.from_iterable(column), dtype=np.int64, count=int(counts.sum()))
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("trace answer_blocks must hold a sequence of integer block ids (int64) per request") from None
+    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+    kept = prompt + trace["output_tokens"].to_numpy(dtype=np.int64) - 1
+    bad = np.flatnonzero(counts != (kept + block - 1) // block - prompt // block)
+    if bad.size:
+        raise ValueError(
+            f"trace answer_blocks must hold ceil((prompt_tokens + output_tokens - 1) / {block}) - prompt_tokens "
+            f"// {block} ids per request; row {bad[0]} has {counts[bad[0]]}"
+        )
+    return ids, np.concatenate([[0], np.cumsum(counts)])
+
+
+def _with_answers(
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt: np.ndarray,
+    answers: np.ndarray,
+    answer_offsets: np.ndarray,
+    block: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the prompts' blocks followed by the rows of the kept streams (module notes)."""
+    full = prompt // block  # a prompt's full blocks lead its stream
+    counts = np.diff(offsets)
+    answer_counts = np.diff(answer_offsets)
+    run = np.concatenate([counts, full + answer_counts])
+    # each stream row: its prompt's full blocks, then its answer's
+    src_rows = np.repeat(np.arange(prompt.size), full)
+    within = np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full)
+    head = ids[offsets[:-1][src_rows] + within]
+    stream_start = np.concatenate([[0], np.cumsum(full + answer_counts)])[:-1]
+    stream = np.empty(int((full + answer_counts).sum()), dtype=np.int64)
+    stream[np.repeat(stream_start, full) + within] = head
+    a_rows = np.repeat(np.arange(prompt.size), answer_counts)
+    a_within = np.arange(answers.size) - np.repeat(answer_offsets[:-1], answer_counts)
+    stream[stream_start[a_rows] + full[a_rows] + a_within] = answers
+    return np.concatenate([ids, stream]), np.concatenate([[0], np.cumsum(run)])
 
 
 def _codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -109,13 +162,23 @@ def segments(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def blocks_of(
-    ids: np.ndarray, offsets: np.ndarray, prompt: np.ndarray, block: int, unit: int, order: np.ndarray | None = None
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    prompt: np.ndarray,
+    block: int,
+    unit: int,
+    order: np.ndarray | None = None,
+    n: int | None = None,
 ) -> _Blocks:
     """The caches' view of requests with blocks ``ids[offsets[r]:offsets[r + 1]]`` of ``block`` tokens
     and ``prompt`` tokens each, taken in ``order`` (row indices; None: as given), with hits counted in
-    whole ``unit``-token engine blocks."""
+    whole ``unit``-token engine blocks. ``n`` requests of twice as many rows have their kept streams
+    as rows ``n ..`` (module notes); None: no streams."""
     seg, seg_offsets, seg_blocks = segments(ids, offsets)
     n_blocks = np.diff(offsets)
+    requests = prompt.size if n is None else n
+    if order is not None and n is not None:
+        order = np.concatenate([order, n + order])
     if order is not None:
         count = np.diff(seg_offsets)[order]
         new_offsets = np.concatenate([[0], np.cumsum(count)])
@@ -129,6 +192,7 @@ def blocks_of(
         prompt.tolist(),
         block,
         unit,
+        requests,
     )
 
 
@@ -148,8 +212,14 @@ def prefix_caches(
         return None
     block, ids, offsets = check_prefix_blocks(trace)
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+    n = None
+    if "answer_blocks" in trace.columns:
+        answers, answer_offsets = check_answer_blocks(trace, block)
+        ids, offsets = _with_answers(ids, offsets, prompt, answers, answer_offsets, block)
+        n = prompt.size
+        prompt = np.concatenate([prompt, prompt + trace["output_tokens"].to_numpy(dtype=np.int64) - 1])
+    unit = 1 if backend_name in SLOT_BACKENDS else unit_tokens
+    blocks = blocks_of(ids, offsets, prompt, block, unit, order, n)
     if backend_name in SLOT_BACKENDS:
-        blocks = blocks_of(ids, offsets, prompt, block, 1, order)
         return [_SlotCache(blocks, slots, similarity) for _ in range(replicas)]
-    blocks = blocks_of(ids, offsets, prompt, block, unit_tokens, order)
     return [_BlockCache(blocks) for _ in range(replicas)]

@@ -37,7 +37,8 @@ class _Replica:
     def __init__(self, index: int, queue: deque[int], cache: Any):
         self.index = index
         # the prefix cache: admit(request, KV tokens free once it takes its own, those tokens) -> prompt
-        # tokens found cached; release(request, KV tokens free before it frees its own) as it ends or is preempted
+        # tokens found cached; release(request, KV tokens free before it frees its own) as it is preempted,
+        # finish(the same) as it ends (its answer kept too)
         self.cache = cache
         self.queue = queue
         self.running: dict[int, bool] = {}  # admission order; value: decoding (True) or prefilling

@@ -139,9 +139,9 @@ def simulate(
         ids, blocks of ``trace.attrs["prefix_block_tokens"]`` tokens; equal leading ids are a shared prefix): each
         replica then runs a prefix cache with its engine's rules (``toolkit._queueing.prefix_cache``): llama.cpp's
         slots for ``backend="llamacpp"`` (or ``"ollama"``), else vLLM's block cache (LRU eviction of the blocks no
-        running sequence holds, within the KV budget). The prefix a request finds is not prefilled, so TTFT and the
-        engine's work fall; the cache holds only KV memory the running batch leaves free, so a fuller engine finds
-        less.
+        running sequence holds, within the KV budget); with ``answer_blocks`` (``session_workload``'s) a finished
+        request's answer stays cached after its prompt. A found prefix is not prefilled, so TTFT and the engine's
+        work fall; the cache holds only KV memory the running batch leaves free (a fuller engine finds less).
     routing : {"round_robin", "least_loaded", "shared_queue", "prefix_affinity"}
         How requests reach replicas: in turn; to the replica with the fewest requests waiting plus
         running; held in one central FIFO queue and taken by the first replica with room (c

@@ -18,9 +18,19 @@ from urllib.parse import urlsplit
 import pandas as pd
 from tqdm.auto import tqdm
 
+from toolkit._report.capacity_section import capacity_sentence
 from toolkit._report.conclusion import conclusion
-from toolkit._report.measure import REMOTE_SWEEP, _display_url, _measure, _measure_local, _recorded_run, _Run
+from toolkit._report.measure import (
+    LOCAL_SWEEP,
+    REMOTE_SWEEP,
+    _display_url,
+    _measure,
+    _measure_local,
+    _recorded_run,
+    _Run,
+)
 from toolkit._report.page import _page, _slug
+from toolkit._report.prefix_check import with_prediction
 from toolkit._report.sections import _accuracy_table, _notebook_section, _sections
 from toolkit._report.trust_section import _trust
 from toolkit._sweep.files import redact
@@ -108,12 +118,13 @@ def build_report(
         ``accuracy.csv`` where calibration is available, ``notebooks/*.ipynb`` executed, and
         ``timing.csv`` (``phase``, ``seconds``: the wall time of each phase, ``measure``, ``charts``,
         ``notebooks``, ``page`` and ``total``, with a local run's ``measure`` split into
-        ``measure.server``, ``.profile``, ``.sweep``, ``.host``, ``.replay_stretch`` and ``.replay``
+        ``measure.server``, ``.profile``, ``.sweep``, ``.host``, ``.replay_stretch``, ``.replay`` and ``.capacity``
         (the page is written after ``timing.csv``, so ``page`` leaves out writing it). A local
         llama-server run is first profiled (``profile.csv``, ``profile_cells.csv``), the model is
         calibrated on the profile (``calibration.csv``) and checked on the sweep (``accuracy.csv``)
         and on a replayed production-trace slice (``replay.csv``, ``replay_accuracy.csv``); from a
-        busy host no fit is presented.
+        busy host no fit is presented. Its capacity at a p99 TTFT and TPOT pair is searched and
+        predicted (``capacity.csv``: every step of each search, ``capacity.png``/``.svg``).
     """
     base_url = base_url or os.environ.get("BASE_URL") or None
     model = model or os.environ.get("MODEL") or None
@@ -198,6 +209,7 @@ def _write(
         run = _recorded_run()
     else:
         run = _measure_local(out)
+    run.levels = with_prediction(run.levels, run.lanes, run.shared_prefix_tokens, LOCAL_SWEEP["lanes"])
     run.levels.to_csv(out / "levels.csv", index=False)
     if run.lanes is not None:
         run.lanes.to_csv(out / "lanes.csv", index=False)
@@ -219,6 +231,8 @@ def _write(
     refused = trust.refused if trust is not None else ""
     if trust is not None and not refused:
         summary = summary + "\n" + trust.sentence
+    if run.capacity is not None:
+        summary = summary + "\n" + capacity_sentence(run.capacity, refused=refused)
     busy = busy_opening(run.conditions.get("warning", ""), refused)
     summary = busy + "\n" + summary if busy else summary
     (out / "conclusion.txt").write_text(summary + "\n", encoding="utf-8")

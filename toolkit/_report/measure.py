@@ -72,9 +72,15 @@ class _Run:
     replay_load: dict[str, float] = field(default_factory=dict)
     # the profile passes right before and right after the replay, which its prediction is calibrated on
     replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    # the capacity at the SLO, measured and predicted (toolkit._report.capacity.CapacityRun)
+    capacity: object = None
     # seconds each phase of obtaining the run took (``server``, ``profile``, ``sweep``, ``host``,
-    # ``replay_stretch``, ``replay``), summed over its passes; build_report adds its own phases
+    # ``replay_stretch``, ``replay``, ``capacity``), summed over its passes; build_report adds its own phases
     phase_s: dict[str, float] = field(default_factory=dict)
+    # tokens every lane's prompt shares and each lane's prompt tokens, untagged, as the server counts them
+    # (toolkit._report.prefix_check); None: not recorded (a server without llama-server's tokenizer
+    # endpoints, or an older run)
+    shared_prefix_tokens: tuple[int, list[int]] | None = None
 
 
 def _recorded_run() -> _Run:
@@ -100,8 +106,12 @@ def _measure_local(out: Path) -> _Run:
     server's speed over minutes (about 10% on an idle 2-core VM), which moves consecutive runs apart
     by several of those intervals. Spread over the run, the repeats sample
     the same minutes another run would, at the same cost.
+
+    Last, the capacity at the SLO is searched (:mod:`toolkit._report.capacity`), predicted by the model
+    calibrated on the whole profile, as the trust check calibrates it.
     """
     # the HTTP client (httpx) loads only when a server is measured, not for a recorded report
+    from toolkit._report.capacity import measure_capacity
     from toolkit._sweep.llama_server import LlamaServer, server_version
     from toolkit._sweep.profile import profile
     from toolkit._sweep.replay import replay_trace
@@ -142,6 +152,8 @@ def _measure_local(out: Path) -> _Run:
         run.replay = timed("replay", replay_trace, trace, server=server, progress=False)
         replayed = host_state.sample(pid)
         passes.append(timed("profile", profile, server=server, repeats=1, progress=False))
+        run.profile = combine_profile_passes(passes)
+        run.capacity = timed("capacity", measure_capacity, server, run.profile, host, max_batch=LOCAL_SWEEP["lanes"])
         threads = server.threads
     run.conditions["server"] = (
         f"llama.cpp llama-server ({server_version()}), --parallel {server.parallel}, --threads {threads}"
@@ -158,7 +170,6 @@ def _measure_local(out: Path) -> _Run:
     )
     run.replay_load = {"time_scale": scale, "predicted_utilisation": load}
     run.host = host
-    run.profile = combine_profile_passes(passes)
     run.replay_passes = (passes[-2], passes[-1])
     run.others["trace replay"] = host_state.conditions(swept, replayed)["other_cpu_share"]
     run.phase_s = phase_s
@@ -235,8 +246,11 @@ def _measure(
             BUSY_OPENING + f"{what}, so other work competed with the server and the client; treat every figure"
             " here as indicative only."
         )
+    from toolkit._report.prefix_check import shared_prefix_tokens
+
     run = _Run(result.levels, result.lanes, label, conditions)
     run.others["sweep"] = other
+    run.shared_prefix_tokens = shared_prefix_tokens(base_url, system_prompt, prompts, api_key)
     return run
 
 

@@ -21,6 +21,7 @@ from toolkit._queueing.wait_check import compare_wait_models
 from toolkit._report import charts as _charts
 from toolkit._report import panels as _panels
 from toolkit._report.blocks import _chart_html, _Section, _table_html
+from toolkit._report.capacity_section import capacity_section
 from toolkit._report.conclusion import _accuracy as _accuracy_words
 from toolkit._report.measure import _Run
 from toolkit._report.notebook import RENDERER_ENV
@@ -101,6 +102,8 @@ def _sections(run: _Run, out: Path, accuracy: pd.DataFrame | None, trust: object
         sections.append(_accuracy_section(accuracy, out))
     if trust is not None:
         sections.append(_trust_section(trust, run, out))
+    if run.capacity is not None:
+        sections.append(capacity_section(run.capacity, out, refused=getattr(trust, "refused", "")))
     return sections + [_batching_section(reference, out), _queueing_section(out), _frontier_section(out)]
 
 

@@ -16,7 +16,8 @@ def stat_tiles(levels: pd.DataFrame) -> str:
     ----------
     levels : pandas.DataFrame
         Sweep levels: ``in_flight``, ``lanes``, ``wall_s`` (s), ``dec_tok_s`` (tokens/s) and
-        optionally ``prefix_hit_rate`` (0..1).
+        optionally ``prefix_hit_rate`` (0..1) and ``predicted_prefix_hit_rate`` (the model's, 0..1; or
+        why it is missing in ``attrs["prefix_prediction"]``).
 
     Returns
     -------
@@ -24,7 +25,7 @@ def stat_tiles(levels: pd.DataFrame) -> str:
         A ``<div class="tiles">`` of three tiles: wall clock at the top limit against the first;
         the peak decode tokens/s over the first level's, labelled with the peak's limit and every
         level where throughput fell; the prefix-cache hit rate at the highest limit that reports
-        one, against the first (or n/a). A figure that cannot be known reads "n/a" with the reason;
+        one, against the first (or n/a), beside the model's where given. A figure that cannot be known reads "n/a" with the reason;
         when no lane succeeded at all (``lanes_ok`` all 0) a single tile says so instead.
     """
     df = levels.sort_values("in_flight")
@@ -70,6 +71,12 @@ def _cache_tile(df: pd.DataFrame) -> tuple[str, str]:
     label = f"of prompt tokens hit the prefix cache at {int(top['in_flight'])} in flight (server /metrics)"
     if len(hits) > 1:
         label += f", against {low['prefix_hit_rate']:.0%} at {int(low['in_flight'])}"
+    how = df.attrs.get("prefix_prediction")
+    predicted = top.get("predicted_prefix_hit_rate", float("nan"))
+    if predicted == predicted:
+        label += f"; the model predicts {predicted:.0%} there" + (f" ({how})" if how else "")
+    elif how:
+        label += f"; the model's prediction: {how}"
     return f"{top['prefix_hit_rate']:.0%}", label
 
 

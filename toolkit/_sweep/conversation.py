@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from toolkit._queueing.prefix_cache import check_prefix_blocks
+from toolkit._queueing.prefix_segments import check_prefix_blocks
 from toolkit._sweep.filler import Filler
 
 __all__: list[str] = []
@@ -75,7 +75,7 @@ def conversation_columns(
     """A trace's prefix blocks ``(block tokens, ids per row)``, its sessions ``(rows of each session,
     the trace's new user tokens per row)`` (each None without those columns) and ``think_time_s``
     (zeros without it), checked."""
-    blocks = (check_prefix_blocks(trace), trace["prefix_blocks"].tolist()) if "prefix_blocks" in trace else None
+    blocks = (check_prefix_blocks(trace)[0], trace["prefix_blocks"].tolist()) if "prefix_blocks" in trace else None
     sessions = None
     if set(SESSION_COLUMNS) <= set(trace.columns):
         rows = sessions_of(trace)

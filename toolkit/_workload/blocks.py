@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_int
-from toolkit._workload.prefix import ATTR, COLUMN, block_tokens_of, prefix_blocks_of
+from toolkit._workload.prefix import ANSWER_COLUMN, ATTR, COLUMN, block_tokens_of, prefix_blocks_of
 
 __all__: list[str] = []
 
@@ -77,7 +77,8 @@ def scale_blocks(frame: pd.DataFrame, *, token_scale: float) -> pd.DataFrame:
     prompt = frame["prompt_tokens"].to_numpy(dtype=np.int64)
     frame["prompt_tokens"] = np.clip(prompt, (counts - 1) * scaled + 1, counts * scaled)
     frame.attrs[ATTR] = scaled
-    return frame
+    # the answers' blocks no longer fit the scaled answers (a session workload is generated at its size)
+    return frame.drop(columns=ANSWER_COLUMN, errors="ignore")
 
 
 def reblock(trace: pd.DataFrame, *, block_tokens: int) -> pd.DataFrame:
@@ -100,7 +101,8 @@ def reblock(trace: pd.DataFrame, *, block_tokens: int) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        A copy with ``prefix_blocks`` re-cut and ``attrs["prefix_block_tokens"] = block_tokens``.
+        A copy with ``prefix_blocks`` re-cut and ``attrs["prefix_block_tokens"] = block_tokens``; a
+        different size drops ``answer_blocks`` (generate a session workload at the size instead).
     """
     new = check_int("prefix_block_tokens", block_tokens, low=1, high=MAX_BLOCK_TOKENS)
     old = block_tokens_of(trace)
@@ -124,7 +126,7 @@ def reblock(trace: pd.DataFrame, *, block_tokens: int) -> pd.DataFrame:
     new_ids = np.unique(key, return_inverse=True)[1].reshape(-1)
     out[COLUMN] = as_tuples(new_ids, counts)
     out.attrs[ATTR] = new
-    return out
+    return out.drop(columns=ANSWER_COLUMN, errors="ignore")
 
 
 def as_tuples(flat: np.ndarray, counts: np.ndarray) -> list[tuple[int, ...]]:

@@ -19,6 +19,11 @@ block i + 1 (a chain's block i + 1 is referenced only right after its block i), 
 distance is never larger: LRU's hits in a request form a prefix of it, and pure block LRU gives
 the same hits as the rule engines apply, reusing only a request's cached prefix.
 
+A frame with ``answer_blocks`` (``toolkit.session_workload``) has each request then touch the blocks
+an engine keeps of its answer (an engine keeps a finished sequence's KV: ``toolkit._queueing.prefix_cache``):
+they take cache space and a later turn hits them, but no request asks for them (0 tokens), and the
+working set counts them.
+
 Mattson, Gecsei, Slutz and Traiger (1970), "Evaluation techniques for storage hierarchies": an LRU
 cache of ``c`` blocks hits exactly the references whose stack distance (the distinct blocks
 referenced since the block's previous reference, itself included) is at most ``c``, so one pass
@@ -39,6 +44,8 @@ from toolkit._args import check_array, check_int
 __all__: list[str] = []
 
 COLUMN = "prefix_blocks"
+# the blocks an engine keeps of a request's answer (``toolkit._workload.sessions``)
+ANSWER_COLUMN = "answer_blocks"
 ATTR = "prefix_block_tokens"
 # Grid points of the capacity curve when no capacities are given.
 CURVE_POINTS = 48
@@ -132,14 +139,43 @@ def _nested(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _references(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Stack distance, tokens and row of every block reference, the requests taken in arrival order."""
+    """Stack distance, tokens and row of every block reference, the requests taken in arrival order.
+    With ``answer_blocks`` a request then references its answer's blocks (0 tokens: they are cached,
+    not asked for), which its next turn finds."""
     ids, offsets, tokens = prefix_blocks_of(trace)
+    if ANSWER_COLUMN in trace.columns:
+        ids, offsets, tokens = _with_answers(trace, ids, offsets, tokens)
     rows = np.repeat(np.arange(len(trace)), np.diff(offsets))
     arrival = trace["arrival_s"].to_numpy(dtype=float)
     if np.any(np.diff(arrival) < 0):
         order = np.argsort(arrival, kind="stable")
         ids, tokens, rows = (x[_reorder(offsets, order)] for x in (ids, tokens, rows))
     return stack_distances(ids), tokens, rows, block_tokens_of(trace)
+
+
+def _with_answers(
+    trace: pd.DataFrame, ids: np.ndarray, offsets: np.ndarray, tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's prompt references followed by its answer's (``answer_blocks``, 0 tokens each)."""
+    column = trace[ANSWER_COLUMN]
+    try:
+        counts = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
+        answers = np.fromiter(itertools.chain.from_iterable(column), dtype=np.int64, count=int(counts.sum()))
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"trace {ANSWER_COLUMN} must hold a sequence of integer block ids (int64) in every row"
+        ) from None
+    prompt_counts = np.diff(offsets)
+    new_offsets = np.concatenate([[0], np.cumsum(prompt_counts + counts)])
+    is_prompt = np.ones(new_offsets[-1], dtype=bool)
+    answer_at = np.repeat(new_offsets[:-1] + prompt_counts, counts) + np.arange(answers.size)
+    answer_at -= np.repeat(np.cumsum(counts) - counts, counts)
+    is_prompt[answer_at] = False
+    out_ids = np.empty(new_offsets[-1], dtype=np.int64)
+    out_ids[is_prompt], out_ids[~is_prompt] = ids, answers
+    out_tokens = np.zeros(new_offsets[-1], dtype=np.int64)
+    out_tokens[is_prompt] = tokens
+    return out_ids, new_offsets, out_tokens
 
 
 def _reorder(offsets: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -219,10 +255,11 @@ def reuse_summary(trace: pd.DataFrame) -> dict[str, float]:
     distances, tokens, _, block = _references(trace)
     reused = distances > 0
     distinct = int((~reused).sum())
+    asked = tokens > 0  # prompt blocks (an answer's are cached, not asked for)
     return {
         "prefix_block_tokens": block,
         "reuse_hit_rate": float(tokens[reused].sum() / tokens.sum()),
-        "reuse_block_share": float(reused.mean()),
+        "reuse_block_share": float(reused[asked].mean()),
         "reuse_working_set_tokens": distinct * block,
         "reuse_unique_prompt_tokens": int(tokens[~reused].sum()),
     }

@@ -10,7 +10,16 @@ The blocks model a token stream per session: a block that lies wholly inside the
 named by (system prompt, position) and is shared by every session that drew that prompt; any other
 block by (session, position, last token), so a turn shares every block of the previous turn's prompt
 but a partial last block, which grows into a different, full block (block-hash engines cache full
-blocks only). Ids are numbered densely.
+blocks only). Ids are numbered densely; equal ids are equal tokens.
+
+An engine keeps a finished request's answer after its prompt: llama.cpp's server decodes each
+sampled token into the slot's cache (``update_slots`` in ``tools/server/server-context.cpp`` pushes
+``slot.sampled`` to the slot's prompt tokens as it adds it to the batch), vLLM hashes the full
+blocks of the output tokens too (``Request.append_output_token_ids`` extends ``block_hashes``,
+``KVCacheManager.allocate_slots`` caches up to ``request.num_tokens``). Both keep ``prompt + output
+- 1`` tokens: the last sampled token is never decoded. ``answer_blocks`` names the blocks of that
+token stream past the prompt's full blocks by the same rule, so the next turn's prompt, which holds
+the answer, has the same ids for the blocks the engine kept whole.
 
 Arrival times are open loop: turn k + 1 arrives ``response_time_s + think_time_s`` after turn k,
 where ``response_time_s`` is a fixed estimate of the time to answer (0 by default: the earliest the
@@ -29,7 +38,7 @@ from toolkit._args import check_choice, check_int, check_number
 from toolkit._queueing.arrivals import ARRIVALS, MAX_CA2, inter_arrival_gaps_s
 from toolkit._queueing.workload import MAX_REQUESTS, _draw_tokens
 from toolkit._workload.blocks import MAX_BLOCK_TOKENS, MAX_BLOCKS, as_tuples
-from toolkit._workload.prefix import ATTR, COLUMN
+from toolkit._workload.prefix import ANSWER_COLUMN, ATTR, COLUMN
 
 __all__ = ["session_workload"]
 
@@ -99,7 +108,8 @@ def session_workload(
         One row per turn, sorted by ``arrival_s``: ``arrival_s``, ``prompt_tokens``,
         ``output_tokens``, ``session_id``, ``turn`` (from 0), ``think_time_s`` (the pause before
         this turn, 0 for a first turn), ``system_prompt`` (pool index, -1 for none) and
-        ``prefix_blocks``; ``attrs`` records ``prefix_block_tokens``, ``source`` and ``window_s``.
+        ``prefix_blocks``, and ``answer_blocks`` (the blocks the engine keeps of the answer: module
+        notes); ``attrs`` records ``prefix_block_tokens``, ``source`` and ``window_s``.
     """
     n = check_int("num_sessions", num_sessions, low=1, high=MAX_SESSIONS)
     rate = check_number("session_rate", session_rate, low=0, low_inclusive=False, high=1e9)
@@ -144,7 +154,7 @@ def session_workload(
             "system_prompt": drawn[session],
         }
     ).loc[keep]
-    frame[COLUMN] = _blocks(frame, system=system, block=block)
+    frame[COLUMN], frame[ANSWER_COLUMN] = _blocks(frame, system=system, block=block)
     frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
     frame.attrs.update(
         {
@@ -185,21 +195,31 @@ def _draw_seconds(spec: object, rng: np.random.Generator, n: int) -> np.ndarray:
     return values
 
 
-def _blocks(frame: pd.DataFrame, *, system: int, block: int) -> list[tuple[int, ...]]:
-    """Each turn's block ids: (system prompt, position) inside the system prompt, else (session,
-    position, last token), numbered densely."""
+def _blocks(frame: pd.DataFrame, *, system: int, block: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Each turn's prompt block ids and answer block ids: a block at a position of the session's token
+    stream is named (system prompt, position) inside the system prompt, else (session, position, last
+    token); numbered densely. The answer's are those of the ``prompt + output - 1`` tokens an engine
+    keeps, from the prompt's last partial block (or the block after a whole prompt) on."""
     prompt = frame["prompt_tokens"].to_numpy(dtype=np.int64)
+    kept = prompt + frame["output_tokens"].to_numpy(dtype=np.int64) - 1
     counts = -(-prompt // block)
-    total = int(counts.sum())
+    answer_counts = -(-kept // block) - prompt // block
+    total = int(counts.sum() + answer_counts.sum())
     if total > MAX_BLOCKS:
         raise ValueError(
             f"prefix_block_tokens={block} gives {total} blocks; at most {MAX_BLOCKS:.0e}: use a larger block"
         )
-    rows = np.repeat(np.arange(len(frame)), counts)
-    position = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    last = np.minimum((position + 1) * block, prompt[rows])
-    shared = (frame["system_prompt"].to_numpy()[rows] >= 0) & ((position + 1) * block <= system)
-    owner = np.where(shared, frame["system_prompt"].to_numpy()[rows], frame["session_id"].to_numpy()[rows])
+    # the prompts' blocks, then the answers', each a run of positions of its row's stream
+    rows = np.concatenate([np.repeat(np.arange(len(frame)), counts), np.repeat(np.arange(len(frame)), answer_counts)])
+    first = np.concatenate([np.zeros(len(frame), dtype=np.int64), prompt // block])
+    run = np.concatenate([counts, answer_counts])
+    position = np.repeat(first, run) + np.arange(total) - np.repeat(np.cumsum(run) - run, run)
+    end = np.concatenate([prompt, kept])[np.repeat(np.arange(2 * len(frame)), run)]
+    last = np.minimum((position + 1) * block, end)
+    drawn = frame["system_prompt"].to_numpy()[rows]
+    shared = (drawn >= 0) & ((position + 1) * block <= system)
+    owner = np.where(shared, drawn, frame["session_id"].to_numpy()[rows])
     keys = np.stack([shared.astype(np.int64), owner, position, np.where(shared, 0, last)], axis=1)
     ids = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
-    return as_tuples(ids, counts)
+    split = int(counts.sum())
+    return as_tuples(ids[:split], counts), as_tuples(ids[split:], answer_counts)
