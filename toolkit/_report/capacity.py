@@ -92,7 +92,7 @@ def resolved_percentile(percentile: float, requests: int) -> float:
 def measure_capacity(server: object, profile: pd.DataFrame, host: pd.DataFrame, *, max_batch: int) -> CapacityRun:
     """Calibrate on ``profile`` as the trust check does, derive the SLO pair, predict the capacity,
     then search the running ``server`` for it within ``CAPACITY_SEARCH['budget_s']``."""
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks", "ubatch_tokens")}
     fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
     unloaded = unloaded_ms(cm, max_batch=max_batch)
