@@ -17,6 +17,7 @@ from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
 from toolkit._calibration.outliers import OUTLIER_Z, cell_labels, screen
 from toolkit._calibration.reference import combined_se, reference_rel_se
+from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
 from toolkit._model.validity import validity_range
@@ -93,23 +94,22 @@ def calibrate(
         ``request_overhead_ms``, for a profile ``serial_share`` and ``batched_mbu_factor`` too, and
         for one with ``mixed`` cells ``masked_pair_share``.
     bounds : dict, optional
-        ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
-        (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
+        ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]`` (MFU from
+        ``0.0001``), overheads in ``[0, inf)`` ms.
     prefill_breaks : sequence of int
         The server's prefill breaks (offsets from a prompt's end, as in :func:`toolkit.simulate`):
         a TTFT is then predicted as the steps that prefill the prompt's chunks, as the server runs
         them (llama-server on a sliding-window model: ``toolkit._sweep.llama_server.SCHEDULING``).
         Empty (default): one step per prompt.
     prefill_start_breaks : sequence of int
-        The server's breaks at positions from a prompt's start, counting its cached tokens, as in
-        :func:`toolkit.simulate` (llama-server with context checkpoints: the start of the last user
-        message, ``SCHEDULING``); each observation's own ``cached_tokens`` say whether its prefill
-        crosses one.
+        The server's breaks at positions from a prompt's start, counting its cached tokens, as in :func:`toolkit.simulate`
+        (llama-server with context checkpoints: the start of the last user message, ``SCHEDULING``); each
+        observation's own ``cached_tokens`` say whether its prefill crosses one.
     robust : bool
         Fit without the cells flagged as outliers (weight 0; see :mod:`toolkit._calibration.outliers`)
         instead of with every cell. Either way the flagged cells are named, with a warning.
     ubatch_tokens : int, optional
-        Tokens per graph pass (>= 1; None, the default: one pass a step), as in :func:`toolkit.simulate` (``SCHEDULING``).
+        Tokens per graph pass (1 to 10**9; None, the default: one pass), as in :func:`toolkit.simulate` (``SCHEDULING``).
 
     Returns
     -------
@@ -158,7 +158,7 @@ def calibrate(
     tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
     breaks = check_breaks(prefill_breaks)
     starts = check_breaks(prefill_start_breaks, "prefill_start_breaks")
-    ubatch = None if ubatch_tokens is None else check_int("ubatch_tokens", ubatch_tokens, low=1)
+    ubatch = None if ubatch_tokens is None else check_int("ubatch_tokens", ubatch_tokens, low=1, high=MAX_TOKENS)
     obs = observations(lanes_or_levels)
 
     base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)

@@ -20,9 +20,9 @@ into its range with a scale of ``MAX_RELATIVE_SE`` of the distance from the boun
 the host's speed drifts between runs by more than the spread between one profile's passes (which the
 fit's standard errors carry): each draw scales every step by a common factor ``1 + HOST_DRIFT z``
 (``mbu`` and ``mfu`` divided by it, the overheads multiplied), ``HOST_DRIFT`` = 8.7% being the
-coefficient of variation of the profile's decode step over four passes five minutes apart on an idle
-2-core host, the project's repeatability record (reports/bench/replay_repeat.json,
-docs/methodology/trust.md); that record's TTFT p50 over the same replays varied 14%.
+coefficient of variation of the profile's decode step between passes minutes apart on an idle 2-core
+host, in the project's repeatability record (reports/bench/replay_repeat.json,
+docs/methodology/trust.md), whose TTFT p50 varied 14% between replays.
 
 The parameters are drawn independently: the calibration row keeps their standard errors, not their
 covariance (``max_abs_correlation`` says how far apart that can be). Parameters that trade against
