@@ -83,13 +83,14 @@ def parameter_draws(calibration: object, *, draws: int, seed: int) -> Iterator[p
     held = _held(row)
     base = row.drop([k for k in row.index if str(k).startswith("valid_")])
     rng = np.random.default_rng(seed)
+    extra = np.random.default_rng([seed, 1])  # the held parameters and the drift: the fitted draws stay as they were
     for _ in range(draws):
         drawn = base.copy()
         for name, z in zip(names, rng.standard_normal(len(names)), strict=True):
             drawn[name] = float(row[name]) + z * se[name]
-        for name, (centre, scale, side), z in zip(held, held.values(), rng.standard_normal(len(held)), strict=True):
+        for name, (centre, scale, side), z in zip(held, held.values(), extra.standard_normal(len(held)), strict=True):
             drawn[name] = centre + (z if side == 0 else side * abs(z)) * scale
-        drift = max(1.0 + HOST_DRIFT * rng.standard_normal(), 0.5)
+        drift = max(1.0 + HOST_DRIFT * extra.standard_normal(), 0.5)
         for name in drawn.index.intersection(list(BOUNDS)):
             value = float(drawn[name])
             value = (
