@@ -16,6 +16,7 @@ import pytest
 from synthetic_profile import synthetic_profile
 
 import toolkit
+from toolkit._calibration import intervals
 from toolkit._calibration.intervals import parameter_draws
 from toolkit._model.serving import cost_model
 
@@ -34,15 +35,25 @@ def calibration() -> pd.DataFrame:
         return toolkit.calibrate(rows, MODEL, GPU, QUANT, fit=tuple(TRUTH))
 
 
-def test_the_draws_follow_the_fits_standard_errors(calibration):
+def test_the_draws_follow_the_fits_standard_errors(calibration, monkeypatch):
     row = calibration.iloc[0]
     assert row["fitted"] == "mbu,mfu,step_overhead_ms,request_overhead_ms"
+    monkeypatch.setattr(intervals, "HOST_DRIFT", 0.0)  # the fit's part alone
     drawn = pd.DataFrame(list(parameter_draws(calibration, draws=2000, seed=3)))
     for name in TRUTH:
         # mean within 4 standard errors of the mean of 2000 draws, spread within 10% of the fit's
         assert abs(drawn[name].mean() - row[name]) < 4 * row[f"{name}_fit_se"] / np.sqrt(2000)
         assert drawn[name].std() == pytest.approx(row[f"{name}_fit_se"], rel=0.1)
     assert not any(str(c).startswith("valid_") for c in drawn.columns)  # the point prediction flags, once
+
+
+def test_the_host_drift_adds_to_the_fits_spread(calibration):
+    # an overhead is multiplied by 1 + HOST_DRIFT z, independent of its fitted draw: the variances add
+    row = calibration.iloc[0]
+    drawn = pd.DataFrame(list(parameter_draws(calibration, draws=2000, seed=3)))
+    for name in ("step_overhead_ms", "request_overhead_ms"):
+        spread = np.hypot(row[f"{name}_fit_se"], intervals.HOST_DRIFT * row[name])
+        assert drawn[name].std() == pytest.approx(spread, rel=0.1)
 
 
 def test_the_interval_holds_the_prediction_and_widens_with_the_load(calibration):

@@ -180,8 +180,14 @@ def test_calibrating_with_the_servers_breaks_recovers_its_parameters_and_without
     assert plain["request_overhead_ms"] - TRUTH["request_overhead_ms"] == pytest.approx(split.mean(), rel=0.15)
 
 
-def test_the_llama_server_scheduling_is_its_ubatch_and_breaks():
-    assert SCHEDULING == {"max_num_batched_tokens": 512, "prefill_breaks": (4, 516), "prefill_start_breaks": (1,)}
+def test_the_llama_server_scheduling_is_its_batch_ubatch_and_breaks():
+    # llama.cpp's defaults: --batch-size 2048, --ubatch-size 512; breaks at 4 and 4 + n_ubatch
+    assert SCHEDULING == {
+        "max_num_batched_tokens": 2048,
+        "ubatch_tokens": 512,
+        "prefill_breaks": (4, 516),
+        "prefill_start_breaks": (1,),
+    }
 
 
 @pytest.mark.parametrize("value", ["4", [0], [4.5], None])

@@ -333,7 +333,7 @@ def test_piecewise_linear_fit_reproduces_step_ms(model, gpu):
 class _StepByStepClock:
     """Every step from a direct ``step_ms`` call: the slow reference for the closed-form runs."""
 
-    def __init__(self, cost, kv_high):
+    def __init__(self, cost, kv_high, ubatch_tokens=None):
         self.f = cost.step_ms
         self.fits = {}
 

@@ -133,7 +133,7 @@ def _calibrate(profile: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     from toolkit._report.held_out import MODEL, QUANT
     from toolkit._sweep.llama_server import SCHEDULING
 
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks", "ubatch_tokens")}
     return calibrate(profile, MODEL, host, QUANT, **breaks)
 
 

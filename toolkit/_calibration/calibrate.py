@@ -1,8 +1,7 @@
 """Close the loop: measure the host, fit the serving model to a sweep, and score predictions.
 
-``calibrate`` fits the one cost model's efficiencies to a sweep's or a profile's TTFT and TPOT
-(:mod:`toolkit._calibration.fit`); ``predict_sweep`` predicts a closed-loop sweep with the simulator; ``accuracy`` compares the two.
-"""
+``calibrate`` fits the one cost model's efficiencies to a sweep's or a profile's TTFT and TPOT (:mod:`.fit`);
+``predict_sweep`` predicts a closed-loop sweep with the simulator; ``accuracy`` compares the two."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from toolkit._calibration import fit as _fit
 from toolkit._calibration.observations import is_profile, observations
 from toolkit._calibration.outliers import OUTLIER_Z, cell_labels, screen
 from toolkit._calibration.reference import combined_se, reference_rel_se
+from toolkit._model.efficiency import MAX_TOKENS
 from toolkit._model.memory import efficiency_value
 from toolkit._model.serving import cost_model
 from toolkit._model.validity import validity_range
@@ -56,6 +56,7 @@ def calibrate(
     prefill_breaks: Sequence[int] = (),
     prefill_start_breaks: Sequence[int] = (),
     robust: bool = False,
+    ubatch_tokens: int | None = None,
 ) -> pd.DataFrame:
     """Fit the serving model's efficiencies to a sweep's measured TTFT and TPOT.
 
@@ -93,21 +94,22 @@ def calibrate(
         ``request_overhead_ms``, for a profile ``serial_share`` and ``batched_mbu_factor`` too, and
         for one with ``mixed`` cells ``masked_pair_share``.
     bounds : dict, optional
-        ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]``
-        (MFU from ``0.0001``), overheads in ``[0, inf)`` ms.
+        ``{parameter: (low, high)}`` replacing the default bounds: utilisations in ``[0.001, 1]`` (MFU from
+        ``0.0001``), overheads in ``[0, inf)`` ms.
     prefill_breaks : sequence of int
         The server's prefill breaks (offsets from a prompt's end, as in :func:`toolkit.simulate`):
         a TTFT is then predicted as the steps that prefill the prompt's chunks, as the server runs
         them (llama-server on a sliding-window model: ``toolkit._sweep.llama_server.SCHEDULING``).
         Empty (default): one step per prompt.
     prefill_start_breaks : sequence of int
-        The server's breaks at positions from a prompt's start, counting its cached tokens, as in
-        :func:`toolkit.simulate` (llama-server with context checkpoints: the start of the last user
-        message, ``SCHEDULING``); each observation's own ``cached_tokens`` say whether its prefill
-        crosses one.
+        The server's breaks at positions from a prompt's start, counting its cached tokens, as in :func:`toolkit.simulate`
+        (llama-server with context checkpoints: the start of the last user message, ``SCHEDULING``); each
+        observation's own ``cached_tokens`` say whether its prefill crosses one.
     robust : bool
         Fit without the cells flagged as outliers (weight 0; see :mod:`toolkit._calibration.outliers`)
         instead of with every cell. Either way the flagged cells are named, with a warning.
+    ubatch_tokens : int, optional
+        Tokens per graph pass (1 to 10**9; None, the default: one pass), as in :func:`toolkit.simulate` (``SCHEDULING``).
 
     Returns
     -------
@@ -156,6 +158,7 @@ def calibrate(
     tensor_parallel = check_int("tensor_parallel", tensor_parallel, low=1)
     breaks = check_breaks(prefill_breaks)
     starts = check_breaks(prefill_start_breaks, "prefill_start_breaks")
+    ubatch = None if ubatch_tokens is None else check_int("ubatch_tokens", ubatch_tokens, low=1, high=MAX_TOKENS)
     obs = observations(lanes_or_levels)
 
     base = cost_model(model, gpu, quant, tensor_parallel=tensor_parallel, kv_dtype=kv_dtype)
@@ -169,13 +172,14 @@ def calibrate(
 
     if not isinstance(robust, bool):
         raise ValueError(f"robust must be True or False, got {robust!r}")
-    first = _identified_fit(obs, build, defaults, fit, limits, breaks, starts)
+    schedule = (breaks, starts, ubatch)
+    first = _identified_fit(obs, build, defaults, fit, limits, *schedule)
     labels = cell_labels(obs)
     (result, held), cells = screen(
         labels,
         first,
-        lambda kept: _identified_fit(obs[kept].reset_index(drop=True), build, defaults, fit, limits, breaks, starts),
-        lambda params: _fit.residuals_at(obs, build(**params), breaks, starts)["residuals"],
+        lambda kept: _identified_fit(obs[kept].reset_index(drop=True), build, defaults, fit, limits, *schedule),
+        lambda params: _fit.residuals_at(obs, build(**params), *schedule)["residuals"],
     )
     outliers = cells[cells["outlier"]]
     flagged = outliers["cell"].tolist()
@@ -218,7 +222,7 @@ def calibrate(
 
 
 def _identified_fit(
-    obs, build, defaults, fit, limits, breaks=(), starts=()
+    obs, build, defaults, fit, limits, breaks=(), starts=(), ubatch=None
 ) -> tuple[dict[str, object], dict[str, str]]:
     """Fit, then hold every parameter the data do not identify, one at a time.
 
@@ -236,7 +240,7 @@ def _identified_fit(
     """
     names, held, values = list(fit), {}, dict(defaults)
     while names:
-        result = _fit.fit(obs, build, values, names, limits, breaks, starts)
+        result = _fit.fit(obs, build, values, names, limits, breaks, starts, ubatch)
         params = result["params"]
         rel = {n: result["se"][n] / abs(params[n]) if params[n] else np.inf for n in names}
         bound = {n: side for n in names if (side := _at_bound(params[n], limits[n], defaults[n]))}
@@ -260,7 +264,7 @@ def _identified_fit(
                 why = f"its standard error is {rel[worst]:.0%} of its value"
             held[worst] = f"{worst} held at its default {defaults[worst]:g}: {why}"
         names.remove(worst)
-    return {**_fit.residuals_at(obs, build(**values), breaks, starts), "params": dict(values)}, held
+    return {**_fit.residuals_at(obs, build(**values), breaks, starts, ubatch), "params": dict(values)}, held
 
 
 def _at_bound(value: float, limits: tuple[float, float], default: float) -> str:

@@ -73,6 +73,7 @@ def fit(
     bounds: Mapping[str, tuple[float, float]],
     prefill_breaks: Sequence[int] = (),
     prefill_starts: Sequence[int] = (),
+    ubatch_tokens: int | None = None,
 ) -> dict[str, object]:
     """Bounded least squares of the relative residuals ``(predicted - measured) / measured``.
 
@@ -89,7 +90,7 @@ def fit(
         return {**defaults, **dict(zip(names, map(float, x)))}
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return predict_ms(build(**params_of(x)), obs, prefill_breaks, prefill_starts) / measured - 1.0
+        return predict_ms(build(**params_of(x)), obs, prefill_breaks, prefill_starts, ubatch_tokens) / measured - 1.0
 
     best = None
     for x0 in _starts(defaults, names, low, high):
@@ -138,10 +139,15 @@ def _starts(defaults: Mapping[str, float], names: Sequence[str], low: np.ndarray
 
 
 def residuals_at(
-    obs: pd.DataFrame, model: CostModel, prefill_breaks: Sequence[int] = (), prefill_starts: Sequence[int] = ()
+    obs: pd.DataFrame,
+    model: CostModel,
+    prefill_breaks: Sequence[int] = (),
+    prefill_starts: Sequence[int] = (),
+    ubatch_tokens: int | None = None,
 ) -> dict[str, object]:
     """The fit's summary when nothing is fitted: relative residuals of ``model`` as it is."""
-    resid = predict_ms(model, obs, prefill_breaks, prefill_starts) / obs["measured_ms"].to_numpy() - 1.0
+    predicted = predict_ms(model, obs, prefill_breaks, prefill_starts, ubatch_tokens)
+    resid = predicted / obs["measured_ms"].to_numpy() - 1.0
     kinds = obs["kind"].to_numpy()
     return {
         "se": {},

@@ -10,6 +10,20 @@ each with common random numbers (the same seed: the same arrivals and lengths, s
 only by the parameters), and take each predicted figure's ``(1 - level) / 2`` and ``(1 + level) / 2``
 quantiles over the draws, widened where needed to hold the point prediction (at the fitted values).
 
+Two more sources are drawn with them, so that the interval describes the server and not only the fit.
+A parameter ``calibrate`` held (``held``, ``held_reason``) is not known exactly: held at its default
+because the data do not identify it, it is drawn from a normal about the default with a standard
+deviation of ``MAX_RELATIVE_SE`` (25%) of it, the largest relative error a fitted parameter may have
+and still count as identified (:mod:`toolkit._calibration.fit`), so a held one is no better known; held
+at a bound, where the data say only that it is small (or large), it is drawn half-normal from the bound
+into its range with a scale of ``MAX_RELATIVE_SE`` of the distance from the bound to its default. And
+the host's speed drifts between runs by more than the spread between one profile's passes (which the
+fit's standard errors carry): each draw scales every step by a common factor ``1 + HOST_DRIFT z``
+(``mbu`` and ``mfu`` divided by it, the overheads multiplied), ``HOST_DRIFT`` = 8.7% being the
+coefficient of variation of the profile's decode step between passes minutes apart on an idle 2-core
+host, in the project's repeatability record (reports/bench/replay_repeat.json,
+docs/methodology/trust.md), whose TTFT p50 varied 14% between replays.
+
 The parameters are drawn independently: the calibration row keeps their standard errors, not their
 covariance (``max_abs_correlation`` says how far apart that can be). Parameters that trade against
 each other (a lower ``mbu`` with a higher ``step_overhead_ms`` fits the same steps) then spread the
@@ -28,13 +42,17 @@ import numpy as np
 import pandas as pd
 
 from toolkit._args import check_int, check_number
+from toolkit._calibration.fit import BOUNDS, MAX_RELATIVE_SE
 from toolkit._calibration.predict import predict_sweep
+from toolkit._model.memory import efficiency_value
 from toolkit._queueing.simulator import simulate
 
 __all__ = ["predict_sweep_intervals", "simulate_intervals"]
 
 DRAWS = 20
 LEVEL = 0.9
+# the host's run-to-run drift in step time, relative (module docstring: reports/bench/replay_repeat.json)
+HOST_DRIFT = 0.087
 # a drawn efficiency is kept inside (0, 1]; an overhead at or above 0
 _FRACTIONS = ("mbu", "mfu", "serial_share", "batched_mbu_factor", "tp_mbu_factor")
 _SIMULATED = [f"{m}_{p}_s" for m in ("queue_wait", "ttft", "tpot", "e2e") for p in ("mean", "p50", "p95", "p99")]
@@ -53,22 +71,47 @@ def _row(calibration: object) -> pd.Series:
 
 def parameter_draws(calibration: object, *, draws: int, seed: int) -> Iterator[pd.Series]:
     """``draws`` copies of the calibration row with each fitted parameter drawn from a normal with its
-    value and ``*_fit_se`` (module docstring); the measured range is left out of the copies, so that
-    only the point prediction reports extrapolation."""
+    value and ``*_fit_se``, each held one from its prior and every step scaled by a host drift
+    (module docstring); the measured range is left out of the copies, so that only the point
+    prediction reports extrapolation."""
     row = _row(calibration)
     names = [n for n in str(row.get("fitted", "")).split(",") if n]
     se = {n: float(row.get(f"{n}_fit_se", row.get(f"{n}_se", math.nan))) for n in names}
     names = [n for n in names if math.isfinite(se[n]) and se[n] > 0]
     if not names:
         raise ValueError("calibration has no fitted parameter with a standard error (fitted, *_fit_se): no interval")
+    held = _held(row)
     base = row.drop([k for k in row.index if str(k).startswith("valid_")])
     rng = np.random.default_rng(seed)
+    extra = np.random.default_rng([seed, 1])  # the held parameters and the drift: the fitted draws stay as they were
     for _ in range(draws):
         drawn = base.copy()
         for name, z in zip(names, rng.standard_normal(len(names)), strict=True):
-            value = float(row[name]) + z * se[name]
+            drawn[name] = float(row[name]) + z * se[name]
+        for name, (centre, scale, side), z in zip(held, held.values(), extra.standard_normal(len(held)), strict=True):
+            drawn[name] = centre + (z if side == 0 else side * abs(z)) * scale
+        drift = max(1.0 + HOST_DRIFT * extra.standard_normal(), 0.5)
+        for name in drawn.index.intersection(list(BOUNDS)):
+            value = float(drawn[name])
+            value = (
+                value / drift if name in ("mbu", "mfu") else value * drift if name.endswith(("_ms", "_us")) else value
+            )
             drawn[name] = min(max(value, 1e-4), 1.0) if name in _FRACTIONS else max(value, 0.0)
         yield drawn
+
+
+def _held(row: pd.Series) -> dict[str, tuple[float, float, int]]:
+    """Each held parameter's prior (module docstring): its centre, scale and side (0: a normal about
+    the centre; +1 or -1: half-normal up or down from a bound)."""
+    priors = {}
+    for reason in filter(None, str(row.get("held_reason", "")).split("; ")):
+        name = reason.split(" held at", 1)[0]
+        if name not in BOUNDS or name not in row.index:
+            continue
+        value, default = float(row[name]), float(efficiency_value(name))
+        side = -1 if "upper bound" in reason else 1 if "lower bound" in reason else 0
+        priors[name] = (value, MAX_RELATIVE_SE * (abs(default) if side == 0 else abs(default - value)), side)
+    return priors
 
 
 def _bounds(point: pd.DataFrame, drawn: list[pd.DataFrame], columns: list[str], level: float) -> pd.DataFrame:

@@ -96,6 +96,7 @@ def predict_sweep(
     max_batch: int = 256,
     max_num_batched_tokens: int = 2048,
     prefill_breaks: Sequence[int] = (),
+    ubatch_tokens: int | None = None,
 ) -> pd.DataFrame:
     """Predict the levels of a closed-loop sweep: ``lanes`` requests at each in-flight limit.
 
@@ -123,6 +124,8 @@ def predict_sweep(
         Token budget of one engine step.
     prefill_breaks : sequence of int
         The server's prefill breaks, as in :func:`toolkit.simulate`.
+    ubatch_tokens : int, optional
+        Tokens per graph pass of a step, as in :func:`toolkit.simulate` (None: one pass a step).
 
     Returns
     -------
@@ -170,6 +173,7 @@ def predict_sweep(
             cost=cost,
             warmup_fraction=0.0,
             prefill_breaks=prefill_breaks,
+            ubatch_tokens=ubatch_tokens,
         )
         req = result.requests
         wall = float((req["arrival_s"] + req["e2e_s"]).max())

@@ -14,13 +14,17 @@ import numpy as np
 import pandas as pd
 
 from toolkit._model.cost import CostModel
-from toolkit._queueing.chunking import prefill_chunk
+from toolkit._queueing.chunking import iteration_ms, prefill_chunk
 
 __all__: list[str] = []
 
 
 def predict_ms(
-    cm: CostModel, obs: pd.DataFrame, prefill_breaks: Sequence[int] = (), prefill_starts: Sequence[int] = ()
+    cm: CostModel,
+    obs: pd.DataFrame,
+    prefill_breaks: Sequence[int] = (),
+    prefill_starts: Sequence[int] = (),
+    ubatch_tokens: int | None = None,
 ) -> np.ndarray:
     """The cost model's prediction (ms) of every observation from :func:`observations`.
 
@@ -29,6 +33,8 @@ def predict_ms(
     step per chunk between the breaks, as llama-server does on a sliding-window model: its TTFT is
     the sum of those steps, each one also decoding the sequences already running. A ``gap``
     observation (a mixed cell's streams' longest inter-token gap) is the longest of those steps.
+    With ``ubatch_tokens`` a step of more tokens is priced as the simulator prices it, as graph passes
+    of that many tokens each (:func:`toolkit._queueing.chunking.iteration_ms`).
     """
     b = obs["batch"].to_numpy()
     context = obs["context_tokens"].to_numpy()
@@ -45,11 +51,12 @@ def predict_ms(
         prefill, longest = np.zeros(len(obs)), np.zeros(len(obs))
         chunks = prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens, cached, prefill_starts)
         for chunk, done in chunks:
-            step = cm.step_ms(m, held, chunk * together, cached + done, prompts * (done + chunk >= own))
+            ends = prompts * (done + chunk >= own)
+            step = iteration_ms(cm.step_ms, m, held, chunk * together, cached + done, ends, ubatch_tokens)
             prefill = prefill + np.where(chunk > 0, step, 0.0)
             longest = np.maximum(longest, np.where(chunk > 0, step, 0.0))
     else:
-        prefill = longest = cm.step_ms(m, held, wave, cached, prompts)
+        prefill = longest = iteration_ms(cm.step_ms, m, held, wave, cached, prompts, ubatch_tokens)
     ttft = wait + prefill + cm.request_overhead_ms
     kind = obs["kind"].to_numpy()
     return np.where(kind == "tpot", tpot, np.where(kind == "gap", longest, ttft))

@@ -50,6 +50,7 @@ def predict_capacity(
     backend: object = None,
     prefill_breaks: tuple[int, ...] = (),
     prefill_start_breaks: tuple[int, ...] = (),
+    ubatch_tokens: int | None = None,
     cached_tokens: int = 0,
     seed: int = 0,
 ) -> CapacityResult:
@@ -74,9 +75,9 @@ def predict_capacity(
         As for :func:`toolkit.find_capacity` (``rel_tolerance`` defaults finer, 0.02).
     calibration, cost, max_batch, max_num_batched_tokens, tensor_parallel, kv_dtype, backend
         As for :func:`toolkit.simulate`.
-    prefill_breaks, prefill_start_breaks
-        How the server cuts a prompt's prefill into chunks, as for :func:`toolkit.simulate` (the local
-        llama-server's are ``toolkit._sweep.llama_server.SCHEDULING``'s).
+    prefill_breaks, prefill_start_breaks, ubatch_tokens
+        How the server cuts a prompt's prefill into chunks and a step into graph passes, as for
+        :func:`toolkit.simulate` (the local llama-server's are ``toolkit._sweep.llama_server.SCHEDULING``'s).
     cached_tokens : int
         Tokens at the start of every generated prompt the server finds in its prefix cache (0 to
         10**6; at most the prompt's length less one), as a trace's ``cached_tokens``: a llama-server
@@ -112,6 +113,7 @@ def predict_capacity(
     engine = {
         "cost": cost, "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens,
         "prefill_breaks": tuple(prefill_breaks), "prefill_start_breaks": tuple(prefill_start_breaks),
+        "ubatch_tokens": ubatch_tokens,
     }  # fmt: skip
     outcome = _search(spec, engine, cached)
     alone = {f"{m}_alone_rps": math.nan for m in METRICS}

@@ -9,6 +9,7 @@ import numpy as np
 
 from toolkit._model.cost import CostModel
 from toolkit._model.terms import step_formula
+from toolkit._queueing.chunking import iteration_ms
 from toolkit._queueing.piecewise import _Linear
 
 __all__: list[str] = []
@@ -20,7 +21,7 @@ class _Clock:
     :class:`CostModel`'s step formula is bound once and called without its argument checks: the
     engine's counts are valid by construction."""
 
-    def __init__(self, cost: Any, kv_high: int):
+    def __init__(self, cost: Any, kv_high: int, ubatch_tokens: int | None = None):
         self._step_ms = step_formula(vars(cost))[2] if isinstance(cost, CostModel) else cost.step_ms
         # one step in ms, told how many prompts it ends (``last_chunks``) where the cost object takes
         # that count: the engine's counts are Python ints, which the step formula takes as it takes
@@ -31,6 +32,13 @@ class _Clock:
             self.step_ms = lambda n, kv, p, c, e: float(cost.step_ms(float(n), float(kv), float(p), float(c), float(e)))
         else:
             self.step_ms = lambda n, kv, p, c, e: float(cost.step_ms(float(n), float(kv), float(p), float(c)))
+        if ubatch_tokens is not None:  # an iteration of more tokens runs as several graph passes
+            one_pass = self.step_ms
+            self.step_ms = lambda n, kv, p, c, e: (
+                one_pass(n, kv, p, c, e)
+                if n + p <= ubatch_tokens
+                else float(iteration_ms(one_pass, n, kv, p, c, e, ubatch_tokens))
+            )
         self._high = kv_high
         self.fits: dict[int, _Linear] = {}  # per batch size, as the engine asks for them
 

@@ -1,28 +1,24 @@
 """Discrete-event simulator of a continuous-batching LLM server.
 
 The engine is scheduled per iteration, the way vLLM's is. At the start of every step a replica
-
 1. makes room for this step's decode tokens: while the KV cache cannot take one more token for every decoding sequence
    it preempts the most recently admitted running request (recompute: its KV is freed and it re-enters the front of
    the queue; on readmission it prefills prompt plus generated tokens again), counting each preemption;
 2. spends a token budget of ``max_num_batched_tokens``: one token per decoding sequence, then prompt chunks of the
    requests still prefilling (admission order), then admits waiting requests (FCFS, stopping at the first that does
-   not fit) while fewer than ``max_batch`` run, their whole prompt fits in the KV cache and budget is left, giving
-   each a chunk;
-3. takes the step's duration from the one cost model of the toolkit, ``CostModel.step_ms(decode_seqs, kv_tokens,
-   prefill_tokens, prefill_context_tokens, last_chunks)`` (prompts whose last chunk it prefills).
-
+   not fit) while fewer than ``max_batch`` run, their whole prompt fits in the KV cache and budget is left;
+3. takes the step's duration from the toolkit's one cost model, ``CostModel.step_ms(decode_seqs, kv_tokens,
+   prefill_tokens, prefill_context_tokens, last_chunks)``, summed over graph passes of ``ubatch_tokens`` where given.
 A request whose last prompt chunk is prefilled emits its first token at the end of that step, then decodes one token
 per step until ``output_tokens``. KV is counted in tokens; each running sequence is also charged
 ``kv_block_tokens - 1`` tokens of paging slack (its last, partly filled block).
 
 Speed: between events (an arrival that can be admitted, a prefill chunk, a completion, the KV cache filling up) the
 batch does not change, so a whole run of decode steps is advanced at once. Its duration is the sum of
-``step_ms(n, K + i n)`` over the steps, computed in closed form from a piecewise-linear fit of ``step_ms`` in
-``kv_tokens`` (for each batch size ``n``). The fit is exact wherever ``step_ms`` is piecewise linear in ``kv_tokens``,
-as the roofline ``max(memory, compute)`` of linear terms is: each piece is accepted only when 9 probes lie on its
-chord to 1e-10 relative. Steps that prefill are computed one call each.
-"""
+``step_ms(n, K + i n)`` over the steps, in closed form from a piecewise-linear fit of ``step_ms`` in ``kv_tokens``
+(per batch size ``n``), exact wherever ``step_ms`` is piecewise linear in ``kv_tokens``, as the roofline
+``max(memory, compute)`` of linear terms is: each piece is accepted only when 9 probes lie on its chord to 1e-10
+relative. Steps that prefill are computed one call each."""
 
 from __future__ import annotations
 
@@ -89,6 +85,7 @@ def simulate(
     output_cv: float | None = None,
     prefill_breaks: Sequence[int] = (),
     prefill_start_breaks: Sequence[int] = (),
+    ubatch_tokens: int | None = None,
     slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
     speculation: object = None,
     disaggregation: object = None,
@@ -109,20 +106,18 @@ def simulate(
         As for :func:`toolkit.cost_model`; left out when ``cost`` is given. Every other argument
         is keyword-only.
     prompt_tokens, output_tokens : int, tuple or callable
-        Tokens per request: an int (fixed), ``("geometric", mean)`` (1, 2, ... with that mean:
-        geometric output lengths make the service time nearly exponential), ``("lognormal", mean,
-        cv)`` (rounded, at least 1), or ``callable(rng, n)`` returning ``n`` integers >= 1. Every
-        count, and a mean, is at most 10**9. Left out with a ``trace``.
+        Tokens per request: an int (fixed), ``("geometric", mean)`` (1, 2, ... with that mean: geometric output
+        lengths make the service time nearly exponential), ``("lognormal", mean, cv)`` (rounded, at least 1), or
+        ``callable(rng, n)`` returning ``n`` integers >= 1. Every count, and a mean, is at most 10**9. Left out with a
+        ``trace``.
     num_requests : int
         Requests to simulate (1 to 10**7); left out with a ``trace`` (its rows are the requests).
     arrival_rate : float, optional
         Open loop: mean arrival rate in requests per second over all replicas.
     concurrency : int, optional
-        Closed loop: this many clients, each sending its next request as soon as the previous one
-        completes (all start at time 0).
+        Closed loop: this many clients, each sending its next request as soon as the previous one completes (from 0 s).
     max_batch : int
-        Most sequences running at once per replica (vLLM ``max_num_seqs``; 1 to 10**6). A backend's
-        own cap, when ``backend`` is given, also applies.
+        Most sequences running at once per replica (vLLM ``max_num_seqs``; 1 to 10**6); also a ``backend``'s own cap.
     max_num_batched_tokens : int
         Token budget of one step (decode tokens plus prefill chunks; from ``max_batch`` to 10**9).
         It also sizes the activation reserve of the KV budget, so a large one leaves less KV cache.
@@ -192,6 +187,9 @@ def simulate(
         none. llama-server with context checkpoints stops a prompt's chunk at the start of its last
         user message, position 1 (after BOS) in a chat of one user message
         (``toolkit._sweep.llama_server.SCHEDULING``).
+    ubatch_tokens : int, optional
+        Tokens per graph pass (1 to ``max_num_batched_tokens``; None, the default: a step is one pass): a step of more
+        runs as several, each priced by ``step_ms`` (llama-server's ``--ubatch-size``; ``chunking.iteration_ms``).
     slot_prompt_similarity : float
         llama-server's ``--slot-prompt-similarity`` (0 to 1; default 0.1, the server's): a request
         takes the idle slot sharing the largest fraction of its prompt above it. Used with
@@ -253,6 +251,7 @@ def simulate(
     warm = check_number("warmup_fraction", warmup_fraction, low=0, high=1, high_inclusive=False)
     breaks = check_breaks(prefill_breaks)
     starts = check_breaks(prefill_start_breaks, "prefill_start_breaks")
+    ubatch = None if ubatch_tokens is None else check_int("ubatch_tokens", ubatch_tokens, low=1, high=token_budget)
     cached = _cached_tokens(trace, prompt)
     cm = _cost(cost, model, gpu, quant, tensor_parallel, kv_dtype, calibration, backend, token_budget)
     kv_budget = int(cm.kv_budget_tokens)
@@ -277,7 +276,7 @@ def simulate(
         raise ValueError("routing='prefix_affinity' needs a trace with prefix_blocks")
     clock_cost, draw = speculative_engine(cm, speculation, rng)
     engine = _Engine(
-        _Clock(clock_cost, kv_budget),
+        _Clock(clock_cost, kv_budget, ubatch),
         kv_budget,
         slack,
         batch,
@@ -310,7 +309,7 @@ def simulate(
         arrival_rate=arrival_rate, concurrency=concurrency, arrivals=arrivals, ca2=ca2, max_batch=batch,
         max_num_batched_tokens=token_budget, replicas=n_replicas, routing=routing, tensor_parallel=tensor_parallel,
         kv_budget_tokens=kv_budget, request_overhead_ms=cm.request_overhead_ms, seed=seed, warmup_fraction=warm,
-        output_cv=spread, prefill_breaks=breaks, prefill_start_breaks=starts,
+        output_cv=spread, prefill_breaks=breaks, prefill_start_breaks=starts, ubatch_tokens=ubatch,
         prefix_cache=None if caches is None else type(caches[0]).__name__.strip("_"), speculation=speculation,
     )  # fmt: skip
     return SimulationResult(requests, pd.DataFrame([summary]), config)

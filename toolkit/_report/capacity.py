@@ -96,7 +96,7 @@ def measure_capacity(
     then search the running ``server`` for it within ``search['budget_s']``. ``search`` (keys of
     ``CAPACITY_SEARCH``) defaults to the report's cut-down search; a benchmark passes a longer one."""
     search = dict(CAPACITY_SEARCH if search is None else search)
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks", "ubatch_tokens")}
     fitted = calibrate(profile, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
     unloaded = unloaded_ms(cm, max_batch=max_batch)

@@ -39,7 +39,7 @@ def held_out_time_scale(profiled: pd.DataFrame, host: pd.DataFrame, *, max_batch
     that utilisation. Only the profile and the trace's own lengths decide it, never a replay.
     Prompts are sized as the server will count them: at least the chat template's tokens
     (``TEMPLATE_TOKENS``), one of them found in the cache; the server has ``max_batch`` slots."""
-    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks")}
+    breaks = {key: SCHEDULING[key] for key in ("prefill_breaks", "prefill_start_breaks", "ubatch_tokens")}
     fitted = calibrate(profiled, MODEL, host, QUANT, **breaks)
     cm = cost_model(MODEL, host, QUANT, calibration=fitted, max_num_batched_tokens=SCHEDULING["max_num_batched_tokens"])
     base = load_trace(HELD_OUT_TRACE_NAME, **HELD_OUT_TRACE)

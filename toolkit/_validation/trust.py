@@ -112,12 +112,13 @@ def trust_check(
     max_num_batched_tokens: int = 2048,
     prefill_breaks: tuple[int, ...] = (),
     prefill_start_breaks: tuple[int, ...] = (),
+    ubatch_tokens: int | None = None,
     replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     refused: str = "",
 ) -> TrustCheck:
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring).
 
-    ``max_num_batched_tokens``, ``prefill_breaks`` and ``prefill_start_breaks`` describe how the
+    ``max_num_batched_tokens``, ``ubatch_tokens``, ``prefill_breaks`` and ``prefill_start_breaks`` describe how the
     server schedules a step (as in :func:`toolkit.simulate`); the calibration, the sweep's and the
     replay's predictions use them, the sweep's all but ``prefill_start_breaks``
     (:func:`toolkit._calibration.predict.predict_sweep` simulates the uncached tokens of a lane's
@@ -136,10 +137,12 @@ def trust_check(
             replay_median_error_ci95=(np.nan, np.nan),
         )
     starts = {"prefill_start_breaks": prefill_start_breaks}
-    fitted = calibrate(profile, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
-    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, prefill_breaks=prefill_breaks, **starts)
+    passes = {"prefill_breaks": prefill_breaks, "ubatch_tokens": ubatch_tokens, **starts}
+    fitted = calibrate(profile, model, gpu, quant, **passes)
+    cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, **passes)
     run = _Recorded(sweep_lanes, sweep_levels)
     scheduling = {"max_num_batched_tokens": max_num_batched_tokens, "prefill_breaks": prefill_breaks}
+    scheduling["ubatch_tokens"] = ubatch_tokens
     tables = []
     for label, calibration in (("none", None), (FITTED, fitted)):
         predicted = _predict(run, gpu, calibration, max_batch, model=model, quant=quant, scheduling=scheduling)
@@ -153,8 +156,7 @@ def trust_check(
         fits = {"both": fitted}
         if replay_passes is not None:
             fits = {
-                label: calibrate(frame, model, gpu, quant, prefill_breaks=prefill_breaks, **starts)
-                for label, frame in bracket(replay_passes).items()
+                label: calibrate(frame, model, gpu, quant, **passes) for label, frame in bracket(replay_passes).items()
             }
         compared = {
             label: _replay_comparison(
@@ -193,6 +195,7 @@ def cell_fit(
     quant: object,
     prefill_breaks: tuple[int, ...] = (),
     prefill_start_breaks: tuple[int, ...] = (),
+    ubatch_tokens: int | None = None,
 ) -> pd.DataFrame:
     """How a calibration reproduces the profile cells it was fitted to, one row per cell.
 
@@ -210,7 +213,7 @@ def cell_fit(
     """
     obs = observations(profile)
     cm = cost_model(model, gpu, quant, calibration=calibration)
-    obs = obs.assign(fitted_ms=predict_ms(cm, obs, prefill_breaks, prefill_start_breaks))
+    obs = obs.assign(fitted_ms=predict_ms(cm, obs, prefill_breaks, prefill_start_breaks, ubatch_tokens))
     keys = ["cell", "batch", "prompt_tokens_target", "kind"]
     cells = obs.groupby(keys, sort=False)[["measured_ms", "fitted_ms"]].median().reset_index()
     cells = cells.rename(columns={"prompt_tokens_target": "prompt_tokens", "kind": "measures"})
