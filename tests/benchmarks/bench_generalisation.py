@@ -20,7 +20,9 @@ E2E, signed and absolute errors, whether each measured percentile lies in its in
 workload leaves the calibration's measured range (``extrapolated``) and the host's state over it;
 the summary holds issue 40's bars: median |error| <= 15% per workload, the median over workloads of
 their signed median errors within +-5%, and interval coverage >= 80% over all cases, counted only on
-an idle host. Every replayed request goes to reports/bench/generalisation_requests.csv.
+an idle host. Every replayed request goes to reports/bench/generalisation_requests.csv and the two
+profile passes to reports/bench/generalisation_profile.csv (``profile_pass`` 0 and 1), so that a change
+to the model can be re-predicted on them offline.
 
 ``--plan`` sizes the workloads on the recorded profile (reports/bench/steps_profile.csv) and the
 recorded host without starting a server: how many requests and seconds each would replay.
@@ -392,6 +394,8 @@ def main() -> None:
     # every replayed request as measured, so that a change to the model can be checked on them offline
     frames = [replays[name].requests.assign(workload=name) for name in replays]
     pd.concat(frames, ignore_index=True).to_csv(OUT / "generalisation_requests.csv", index=False)
+    passes = [first.assign(profile_pass=0), last.assign(profile_pass=1)]
+    pd.concat(passes, ignore_index=True).to_csv(OUT / "generalisation_profile.csv", index=False)
     (OUT / "generalisation.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(
         json.dumps(

@@ -135,6 +135,7 @@ def cost_constants(
         "attention_score_bytes": efficiencies["attention_score_bytes"],
         "dequant_gemm_tokens": efficiencies["dequant_gemm_tokens"],
         "masked_pair_share": efficiencies["masked_pair_share"],
+        "logit_remainder_reads": efficiencies["logit_remainder_reads"],
         "dequant_weights_bytes": matrices * quant["bits_per_weight"] / 8,
         "dequant_copy_bytes": matrices * value_bytes,
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],

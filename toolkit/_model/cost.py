@@ -44,7 +44,8 @@ class CostModel:
     serial_share : float
         Share of the smaller of a step's memory and compute times added to the larger (0: roofline).
     batched_mbu_factor : float
-        ``mbu`` multiplier of a step that processes two or more tokens (1: one MBU for every step).
+        ``mbu`` multiplier of a weight matrix multiplied by two or more rows: the body's by the
+        step's tokens, the output matrix by its rows of logits (1: one MBU for every step).
     seq_overhead_us : float
         Fixed cost per decoding sequence per step (us), on top of ``step_overhead_ms``.
     attention_score_bytes : float
@@ -54,6 +55,9 @@ class CostModel:
         Cost of a (query, key) pair an attention kernel visits but masks out (a cell of another
         sequence, or a later token of its own, in a unified KV buffer) as a share of an attended
         pair's FLOPs (0: attention per sequence).
+    logit_remainder_reads : float
+        Extra reads of the output matrix, at the batched rate, by a step whose rows of logits are more
+        than four and not a multiple of four (0: none).
     dequant_gemm_tokens : float
         A step of more than this many tokens converts weight-only formats to a 16-bit copy before its
         GEMMs (0: never).
@@ -106,6 +110,7 @@ class CostModel:
     attention_score_bytes: float
     dequant_gemm_tokens: float
     masked_pair_share: float
+    logit_remainder_reads: float
     dequant_weights_bytes: float
     dequant_copy_bytes: float
     bandwidth_gb_s: float

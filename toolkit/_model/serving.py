@@ -44,6 +44,10 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * ``masked_pair_share`` (0 by default): an engine whose attention spans a unified KV buffer
   (llama.cpp ``--kv-unified``) visits every cell in use for every query row and masks the others'
   (``(n + P)(K + C + P)`` pairs per full layer); a masked pair costs that share of an attended one.
+* ``logit_remainder_reads`` (0 by default): an engine whose matrix kernel runs rows in blocks of
+  four and the rest one row at a time (llama.cpp's CPU backend on repacked weights) reads the output
+  matrix that many more times, at the batched rate, in a step whose rows of logits are more than four
+  and not a multiple of four (both kernels run).
 * ``dequant_gemm_tokens`` (0, never, by default): an engine that runs a step of more than that many
   tokens by first converting weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend,
   late 2023 to mid 2024) reads the packed weights and writes the copy in kernels of its own, added
@@ -108,6 +112,7 @@ def cost_model(
     attention_score_bytes: float | None = None,
     dequant_gemm_tokens: float | None = None,
     masked_pair_share: float | None = None,
+    logit_remainder_reads: float | None = None,
     engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
@@ -149,9 +154,11 @@ def cost_model(
         is the roofline (loads and math overlapped), 1 a CPU core doing one after the other; the
         default 0.3 is fitted to an H200, whose kernels are each memory- or compute-bound alone.
     batched_mbu_factor : float, optional
-        ``mbu`` multiplier of a step that processes two or more tokens, in (0, 1]: 1 reads the
-        weights at one efficiency whatever the step; below 1 for an engine whose single-token step
-        has its own faster kernel (llama.cpp's CPU backend).
+        ``mbu`` multiplier of a weight matrix multiplied by two or more rows, in (0, 1]: the body's
+        matrices by the step's tokens, the output matrix by its rows of logits (engines compute
+        logits only for the rows they sample from, so a prompt's last chunk alone is one row). 1
+        reads the weights at one efficiency whatever the step; below 1 for an engine whose one-row
+        product has its own faster kernel (llama.cpp's CPU backend).
     seq_overhead_us : float, optional
         Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
         scheduler's per-request work, which grow with the batch.
@@ -165,6 +172,10 @@ def cost_model(
     masked_pair_share : float, optional
         Cost of an attention pair visited but masked out (another sequence's cell in a unified KV
         buffer, or a later token of the row's own) as a share of an attended pair's, in [0, 1].
+    logit_remainder_reads : float, optional
+        Extra reads of the output matrix, at the batched rate, by a step whose rows of logits are
+        more than four and not a multiple of four (>= 0; 0: none): llama.cpp's CPU matrix kernels for
+        repacked weights run rows in blocks of four and the rest one by one.
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -197,6 +208,7 @@ def cost_model(
             "attention_score_bytes": attention_score_bytes,
             "dequant_gemm_tokens": dequant_gemm_tokens,
             "masked_pair_share": masked_pair_share,
+            "logit_remainder_reads": logit_remainder_reads,
         },
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )

@@ -59,6 +59,7 @@ _SHARED = (
     "attention_score_bytes",
     "dequant_gemm_tokens",
     "masked_pair_share",
+    "logit_remainder_reads",
 )
 
 

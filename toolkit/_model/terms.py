@@ -80,7 +80,8 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     # weights in a dequantized format stream at weight_read_efficiency of the step's bandwidth
     weight_read_efficiency = constants["weight_read_efficiency"]
     layer_bytes = constants["kv_layer_bytes"]
-    # a step of two or more tokens reads at batched_mbu_factor x mbu (exactly mbu when the factor is 1)
+    # a matrix multiplied by two or more rows reads at batched_mbu_factor x mbu (exactly mbu when the factor
+    # is 1): the body's matrices by the step's tokens, the output matrix by its rows of logits
     mbu_one, mbu_batched = constants["mbu"], constants["batched_mbu_factor"] - 1
     bandwidth = constants["bandwidth_gb_s"] * 1e9
     body, logits = constants["body_flops_per_token"], constants["logits_flops_per_token"]
@@ -88,6 +89,10 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     rate = constants["tflops"] * 1e12 * constants["mfu"]
     step_overhead, per_seq = constants["step_overhead_ms"], constants["seq_overhead_us"] / 1e3
     output_read = constants["output_weights_bytes"] / weight_read_efficiency
+    # llama.cpp's CPU kernels for repacked weights multiply rows in blocks of four and the rest one row
+    # at a time (forward_mul_mat_one_chunk in ggml-cpu/repack.cpp): a step with both, rows of logits
+    # above four and not a multiple of four, reads the output matrix again
+    remainder_reads = constants["logit_remainder_reads"]
     score_bytes = constants["attention_score_bytes"]
     scores = _any(score_bytes)
     if scores:
@@ -135,10 +140,17 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
         read_weights = weights
         if moe:
             read_weights = shared_weights + expert_bytes * (experts * (1 - (1 - share) ** tokens))
-        read = read_weights / weight_read_efficiency + layer_bytes * (decode_kv + context_kv + layers * tokens)
-        read = read - output_read * (rows <= 0)
+        read = (
+            read_weights / weight_read_efficiency
+            - output_read
+            + layer_bytes * (decode_kv + context_kv + layers * tokens)
+        )
         mbu = mbu_one * (1 + mbu_batched * (tokens >= 2))
-        memory_ms = read / (bandwidth * mbu) * 1e3
+        # the output matrix multiplies only the rows that need logits (llama.cpp's inp_out_ids, vLLM's
+        # logits_indices), so its kernel is a matrix-vector one for one row whatever the step's tokens
+        output_mbu = mbu_one * (1 + mbu_batched * (rows >= 2))
+        output_reads = (rows > 0) + remainder_reads * (rows > 4) * (rows % 4 != 0)
+        memory_ms = (read / (bandwidth * mbu) + output_read * output_reads / (bandwidth * output_mbu)) * 1e3
         flops = body * tokens + logits * rows + per_pair * (decode_kv + pairs)
         if masked:
             visited = tokens * (kv + c + p) - kv - p * c - p * (p + 1) / 2

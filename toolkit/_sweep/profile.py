@@ -43,7 +43,7 @@ def profile(
     repeats: int = 3,
     context_tokens: Sequence[int] = (64, 1024),
     prompt_tokens: Sequence[int] = (128, 384, 768),
-    batch_sizes: Sequence[int] = (1, 2, 4, 8),
+    batch_sizes: Sequence[int] = (1, 2, 4, 6, 8),
     mixed_prompt_tokens: Sequence[int] = (),
     mixed_batch_sizes: Sequence[int] = (2, 4),
     output_tokens: int = 32,
@@ -66,7 +66,8 @@ def profile(
       ``context_tokens[0]``: the step time against batch gives the per-sequence (compute) term,
       how it adds to the memory term (``mfu``, ``serial_share``), and against the single stream
       whether a step of several tokens reads the weights as fast as one of one
-      (``batched_mbu_factor``).
+      (``batched_mbu_factor``); a batch above four that is not a multiple of four (6 by default)
+      whether the engine's matrix kernels run rows in blocks of four (``logit_remainder_reads``).
     - ``prefill``: one prompt of each of ``prompt_tokens``, one output token: TTFT against prompt
       length gives the prefill rate (``mfu``) and the fixed per-request cost
       (``request_overhead_ms``).
