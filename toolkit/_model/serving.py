@@ -14,16 +14,13 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   no sequence decoding (engines compute logits only for the rows they sample from). An untied
   model's input embedding counts as read too, though a lookup reads only its tokens' rows (a few
   percent of a 7-8B model): MBU as its sources publish it divides every parameter's bytes by the
-  step time, so ``mbu`` keeps their meaning. Leaving the table out, with the efficiencies fitted to
-  decode rates refitted, moved the dev half of published_measurements.csv nowhere (6.9%) and the
-  reference vLLM single stream from +2.3% to +9.0%. An MoE reads
+  step time, so ``mbu`` keeps their meaning. An MoE reads
   its shared weights and the experts the step's tokens route to; with ``t`` tokens each picking
   ``k`` of ``E`` experts independently and uniformly, the expected number of distinct experts
   touched is ``E (1 - (1 - k/E)^t)``: k at batch 1, approaching E as the batch grows (real routers
   are not uniform; this is the simplification).
 * KV read: every running sequence's KV (window layers capped at ``window`` tokens per sequence),
-  plus the prefill's ``C`` context tokens; KV written: one token per decoded sequence and per prompt
-  token.
+  plus the prefill's ``C`` context tokens; KV written: one token per decoded and per prompt token.
 * FLOPs: 2 per active non-embedding parameter per token (the embedding lookup is no matmul), plus
   2 x vocab x hidden for each row of logits (one per decoded token and one per prompt whose last
   token the step prefills: ``last_chunks``, 1 by default), plus attention: each (query, key) pair
@@ -36,22 +33,16 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   ring transfer of ``2 (tp-1)/tp x tokens x hidden x 2 bytes`` at ``allreduce_bw_efficiency_nvlink``
   of ``interconnect_gb_s`` (NVLink: NCCL's protocol overhead) or ``allreduce_bw_efficiency_pcie`` of
   it (PCIe: NCCL's all-reduce bus bandwidth stays well under the link's peak there).
-* ``seq_overhead_us`` per decoding sequence: the per-request work of every iteration (sampling,
-  stop checks, scheduling) that grows with the batch.
+* ``seq_overhead_us`` per decoding sequence: per-request work of every iteration (sampling, stops).
 * ``attention_score_bytes`` per attention pair and head (0 by default): an engine without a fused
-  attention kernel writes, softmaxes and re-reads the score matrix in kernels of their own; that
-  traffic, at ``mbu``, is added after the roofline (it overlaps neither the GEMMs nor the weights).
-* ``masked_pair_share`` (0 by default): an engine whose attention spans a unified KV buffer
-  (llama.cpp ``--kv-unified``) visits every cell in use for every query row and masks the others'
-  (``(n + P)(K + C + P)`` pairs per full layer); a masked pair costs that share of an attended one.
-* ``logit_remainder_reads`` (0 by default): an engine whose matrix kernel runs rows in blocks of
-  four and the rest one row at a time (llama.cpp's CPU backend on repacked weights) reads the output
-  matrix that many more times, at the batched rate, in a step whose rows of logits are more than four
-  and not a multiple of four (both kernels run).
-* ``dequant_gemm_tokens`` (0, never, by default): an engine that runs a step of more than that many
-  tokens by first converting weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend,
-  late 2023 to mid 2024) reads the packed weights and writes the copy in kernels of its own, added
-  after the roofline at ``mbu``; its GEMMs then read the copy in place of the packed weights.
+  attention kernel writes and re-reads the scores; that traffic, at ``mbu``, follows the roofline.
+* ``masked_pair_share`` (0 by default): attention over a unified KV buffer (llama.cpp ``--kv-unified``)
+  visits ``(n + P)(K + C + P)`` pairs per full layer; a masked pair costs that share of an attended one.
+* ``logit_remainder_reads`` (0 by default): extra reads of the output matrix by a step with more than
+  four rows of logits, not a multiple of four (llama.cpp's CPU kernels run rows in blocks of four).
+* ``dequant_gemm_tokens`` (0, never, by default): a step of more than that many tokens first converts
+  weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend, late 2023 to mid 2024),
+  paid after the roofline at ``mbu``; its GEMMs then read the copy in place of the packed weights.
 * Weight-only formats (int4, GGUF K-quants) dequantize into fp16 GEMMs; ``fp8`` weights use the GPU's
   FP8 rate where it has one. A format's ``weight_read_efficiency`` (quantizations.csv; 1 unless set)
   divides its weights' share of the memory read: GGUF block formats are unpacked by dequantizing
@@ -154,10 +145,8 @@ def cost_model(
         is the roofline (loads and math overlapped), 1 a CPU core doing one after the other; the
         default 0.3 is fitted to an H200, whose kernels are each memory- or compute-bound alone.
     batched_mbu_factor : float, optional
-        ``mbu`` multiplier of a weight matrix multiplied by two or more rows, in (0, 1]: the body's
-        matrices by the step's tokens, the output matrix by its rows of logits (engines compute
-        logits only for the rows they sample from, so a prompt's last chunk alone is one row). 1
-        reads the weights at one efficiency whatever the step; below 1 for an engine whose one-row
+        ``mbu`` multiplier of a matrix multiplied by two or more rows (the body's by the step's tokens,
+        the output matrix by its rows of logits), in (0, 1]: below 1 for an engine whose one-row
         product has its own faster kernel (llama.cpp's CPU backend).
     seq_overhead_us : float, optional
         Fixed cost of each decoding sequence per step (us, >= 0): sampling, stop checks and the
@@ -173,9 +162,8 @@ def cost_model(
         Cost of an attention pair visited but masked out (another sequence's cell in a unified KV
         buffer, or a later token of the row's own) as a share of an attended pair's, in [0, 1].
     logit_remainder_reads : float, optional
-        Extra reads of the output matrix, at the batched rate, by a step whose rows of logits are
-        more than four and not a multiple of four (>= 0; 0: none): llama.cpp's CPU matrix kernels for
-        repacked weights run rows in blocks of four and the rest one by one.
+        Extra reads of the output matrix, at the batched rate, by a step with more than four rows of
+        logits, not a multiple of four (>= 0; 0: none).
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
