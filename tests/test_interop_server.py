@@ -52,7 +52,9 @@ def test_compare_finds_a_changed_parallel_flag_and_not_a_repeat(tmp_path):
     # shared host, which the requests of a single run cannot
     medians = same.metrics.set_index("metric").loc[["ttft_p50_ms", "e2e_p50_ms", "tpot_p50_ms"]]
     assert (medians["method"] == "Welch t over repeats").all()
-    # each median is flagged by chance in 5% of repeats, so one flag among three happens (14%); two or
-    # more would happen by chance in under 1% and mean the intervals miss the repeats' spread
-    assert medians["beyond_noise"].sum() <= 1, same.to_text()
+    # each median is flagged by chance in 5% of repeats; E2E is TTFT plus the output's TPOTs, so a TPOT
+    # flag brings an E2E flag with it and is one event, not two. One flag among TTFT and TPOT happens
+    # (10%); both would happen by chance in 0.25% and mean the intervals miss the repeats' spread
+    independent = medians.loc[["ttft_p50_ms", "tpot_p50_ms"], "beyond_noise"]
+    assert independent.sum() <= 1, same.to_text()
     assert repeat.levels["lanes_ok"].iloc[0] == len(PROMPTS)
