@@ -93,6 +93,9 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     # at a time (forward_mul_mat_one_chunk in ggml-cpu/repack.cpp): a step with both, rows of logits
     # above four and not a multiple of four, reads the output matrix again
     remainder_reads = constants["logit_remainder_reads"]
+    remainder = _any(remainder_reads)
+    # the weights a step reads besides the output matrix (a dense model's: every step the same)
+    body_weights_read = weights / weight_read_efficiency - output_read
     score_bytes = constants["attention_score_bytes"]
     scores = _any(score_bytes)
     if scores:
@@ -137,19 +140,18 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
             context_kv = context_kv + windowed * _lesser(c, window)
             uncapped = _lesser(_greater(window - c, 0), p)  # prompt tokens whose keys fit in the window
             pairs = pairs + windowed * (uncapped * c + uncapped * (uncapped + 1) / 2 + (p - uncapped) * window)
-        read_weights = weights
+        body_read = body_weights_read
         if moe:
             read_weights = shared_weights + expert_bytes * (experts * (1 - (1 - share) ** tokens))
-        read = (
-            read_weights / weight_read_efficiency
-            - output_read
-            + layer_bytes * (decode_kv + context_kv + layers * tokens)
-        )
+            body_read = read_weights / weight_read_efficiency - output_read
+        read = body_read + layer_bytes * (decode_kv + context_kv + layers * tokens)
         mbu = mbu_one * (1 + mbu_batched * (tokens >= 2))
         # the output matrix multiplies only the rows that need logits (llama.cpp's inp_out_ids, vLLM's
         # logits_indices), so its kernel is a matrix-vector one for one row whatever the step's tokens
         output_mbu = mbu_one * (1 + mbu_batched * (rows >= 2))
-        output_reads = (rows > 0) + remainder_reads * (rows > 4) * (rows % 4 != 0)
+        output_reads = rows > 0
+        if remainder:
+            output_reads = output_reads + remainder_reads * (rows > 4) * (rows % 4 != 0)
         memory_ms = (read / (bandwidth * mbu) + output_read * output_reads / (bandwidth * output_mbu)) * 1e3
         flops = body * tokens + logits * rows + per_pair * (decode_kv + pairs)
         if masked:
