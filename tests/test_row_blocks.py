@@ -2,8 +2,8 @@
 
 The loopback engine of tests/engine_server.py takes ``a + b n + c K`` ms per decode step (the
 coefficients derived by hand in tests/test_profile.py) plus ``REMAINDER_MS`` in a step of more than four
-sequences that is not a multiple of four, as llama.cpp's CPU backend does on repacked weights
-(``logit_remainder_reads``). Calibrated on a profile with a batch of 6 the cost model must put those
+sequences that is not a multiple of four, as llama.cpp's CPU backend does when it multiplies the
+output matrix in tiles of four rows and the remainder in a second pass (``logit_remainder_reads``). Calibrated on a profile with a batch of 6 the cost model must put those
 milliseconds back at 5, 6 and 7 sequences and not at 4 or 8; calibrated without it, it cannot.
 """
 

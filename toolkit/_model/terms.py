@@ -89,9 +89,10 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     rate = constants["tflops"] * 1e12 * constants["mfu"]
     step_overhead, per_seq = constants["step_overhead_ms"], constants["seq_overhead_us"] / 1e3
     output_read = constants["output_weights_bytes"] / weight_read_efficiency
-    # llama.cpp's CPU kernels for repacked weights multiply rows in blocks of four and the rest one row
-    # at a time (forward_mul_mat_one_chunk in ggml-cpu/repack.cpp): a step with both, rows of logits
-    # above four and not a multiple of four, reads the output matrix again
+    # llama.cpp's CPU backend multiplies a Q8_0 matrix in tiles of four rows and then the remainder in
+    # a second pass over the whole matrix (tinyBLAS_Q0_AVX::mnpack in ggml-cpu/llamafile/sgemm.cpp, on
+    # 32-register AVX-512 hosts; repack.cpp's forward_mul_mat_one_chunk does alike): a step whose rows of
+    # logits are above four and not a multiple of four reads the output matrix again
     remainder_reads = constants["logit_remainder_reads"]
     remainder = _any(remainder_reads)
     # the weights a step reads besides the output matrix (a dense model's: every step the same)
