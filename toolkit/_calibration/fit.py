@@ -48,9 +48,10 @@ __all__: list[str] = []
 PARAMETERS = tuple(TUNABLE_EFFICIENCIES)
 DEFAULT_FIT = ("mbu", "mfu", "step_overhead_ms", "request_overhead_ms")
 # A profile also varies the batch (how memory and compute add up; steps of one token against several:
-# batched_mbu_factor; a batch above four that is not a multiple of four: logit_remainder_reads); its
-# mixed cells, prompts among decodes, the pairs a unified KV masks (masked_pair_share).
-PROFILE_FIT = (*DEFAULT_FIT, "serial_share", "batched_mbu_factor", "logit_remainder_reads")
+# batched_mbu_factor; prompts, one row of logits, against batches, one a sequence: logit_batched_reads;
+# a batch above four that is not a multiple of four: logit_remainder_reads); its mixed cells, prompts
+# among decodes, the pairs a unified KV masks (masked_pair_share).
+PROFILE_FIT = (*DEFAULT_FIT, "serial_share", "batched_mbu_factor", "logit_batched_reads", "logit_remainder_reads")
 MIXED_FIT = (*PROFILE_FIT, "masked_pair_share")
 # A fitted parameter whose standard error exceeds this share of its value is not identified by the
 # data; calibrate() holds it at its default rather than let it trade against the others.

@@ -136,6 +136,7 @@ def cost_constants(
         "dequant_gemm_tokens": efficiencies["dequant_gemm_tokens"],
         "masked_pair_share": efficiencies["masked_pair_share"],
         "logit_remainder_reads": efficiencies["logit_remainder_reads"],
+        "logit_batched_reads": efficiencies["logit_batched_reads"],
         "dequant_weights_bytes": matrices * quant["bits_per_weight"] / 8,
         "dequant_copy_bytes": matrices * value_bytes,
         "bandwidth_gb_s": gpu["bandwidth_gb_s"],

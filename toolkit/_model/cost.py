@@ -58,6 +58,9 @@ class CostModel:
     logit_remainder_reads : float
         Extra reads of the output matrix, at the batched rate, by a step whose rows of logits are more
         than four and not a multiple of four (0: none).
+    logit_batched_reads : float
+        Reads of the output matrix, at the batched rate, by a step with two or more rows of logits (1:
+        one read, as the body's matrices).
     dequant_gemm_tokens : float
         A step of more than this many tokens converts weight-only formats to a 16-bit copy before its
         GEMMs (0: never).
@@ -111,6 +114,7 @@ class CostModel:
     dequant_gemm_tokens: float
     masked_pair_share: float
     logit_remainder_reads: float
+    logit_batched_reads: float
     dequant_weights_bytes: float
     dequant_copy_bytes: float
     bandwidth_gb_s: float

@@ -36,6 +36,7 @@ TUNABLE_EFFICIENCIES: dict[str, tuple[float, float | None, bool]] = {
     "dequant_gemm_tokens": (0.0, None, True),
     "masked_pair_share": (0.0, 1.0, True),
     "logit_remainder_reads": (0.0, None, True),
+    "logit_batched_reads": (0.0, None, False),
 }
 
 
@@ -62,7 +63,7 @@ def efficiency_defaults() -> pd.DataFrame:
     pandas.DataFrame
         Indexed by ``parameter`` (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``,
         ``tp_mbu_factor``, ``allreduce_latency_us``, ``serial_share``, ``batched_mbu_factor``,
-        ``seq_overhead_us``, ``attention_score_bytes``, ``dequant_gemm_tokens``, ``masked_pair_share``, ``logit_remainder_reads``, ``reserved_gb``, ``activation_bytes_per_value``,
+        ``seq_overhead_us``, ``attention_score_bytes``, ``dequant_gemm_tokens``, ``masked_pair_share``, ``logit_remainder_reads``, ``logit_batched_reads``, ``reserved_gb``, ``activation_bytes_per_value``,
         ``kv_block_tokens``, ``gpu_memory_utilization``, ``max_num_batched_tokens``) with columns
         ``value``, ``unit`` and ``source``. ``efficiency_defaults()["value"]`` is a valid calibration.
     """

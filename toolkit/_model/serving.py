@@ -14,11 +14,9 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   no sequence decoding (engines compute logits only for the rows they sample from). An untied
   model's input embedding counts as read too, though a lookup reads only its tokens' rows (a few
   percent of a 7-8B model): MBU as its sources publish it divides every parameter's bytes by the
-  step time, so ``mbu`` keeps their meaning. An MoE reads
-  its shared weights and the experts the step's tokens route to; with ``t`` tokens each picking
-  ``k`` of ``E`` experts independently and uniformly, the expected number of distinct experts
-  touched is ``E (1 - (1 - k/E)^t)``: k at batch 1, approaching E as the batch grows (real routers
-  are not uniform; this is the simplification).
+  step time, so ``mbu`` keeps their meaning. An MoE reads its shared weights and the experts the
+  step's tokens route to; with ``t`` tokens each picking ``k`` of ``E`` experts independently and
+  uniformly, ``E (1 - (1 - k/E)^t)`` distinct experts are touched (real routers are not uniform).
 * KV read: every running sequence's KV (window layers capped at ``window`` tokens per sequence),
   plus the prefill's ``C`` context tokens; KV written: one token per decoded and per prompt token.
 * FLOPs: 2 per active non-embedding parameter per token (the embedding lookup is no matmul), plus
@@ -39,7 +37,8 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
 * ``masked_pair_share`` (0 by default): attention over a unified KV buffer (llama.cpp ``--kv-unified``)
   visits ``(n + P)(K + C + P)`` pairs per full layer; a masked pair costs that share of an attended one.
 * ``logit_remainder_reads`` (0 by default): extra reads of the output matrix by a step with more than
-  four rows of logits, not a multiple of four (llama.cpp's CPU kernels run rows in blocks of four).
+  four rows of logits, not a multiple of four (llama.cpp's CPU kernels run rows in blocks of four);
+  ``logit_batched_reads`` (1): its reads by a step with two or more, when its kernel is not the body's.
 * ``dequant_gemm_tokens`` (0, never, by default): a step of more than that many tokens first converts
   weight-only-format matrices to a 16-bit copy (llama.cpp's CUDA backend, late 2023 to mid 2024),
   paid after the roofline at ``mbu``; its GEMMs then read the copy in place of the packed weights.
@@ -48,9 +47,8 @@ KV tokens in total, and may prefill ``P`` new prompt tokens whose attention also
   divides its weights' share of the memory read: GGUF block formats are unpacked by dequantizing
   mat-vec kernels that stream below the bandwidth a 16-bit read reaches.
 
-``ttft_ms`` is one prefill step of the uncached prompt plus ``request_overhead_ms``: compute-bound
-for long prompts, never faster than reading the weights once. The decode step of a batch of ``b``
-sequences at context T is ``step_ms(b, b*T)`` and its TPOT.
+``ttft_ms`` is one prefill step of the uncached prompt plus ``request_overhead_ms``. The decode step
+of a batch of ``b`` sequences at context T is ``step_ms(b, b*T)`` and its TPOT.
 
 Efficiencies (``mbu``, ``mfu``, ``step_overhead_ms``, ``request_overhead_ms``, ``tp_mbu_factor``,
 ``allreduce_latency_us``, ``serial_share``, ...) default to ``data/efficiency.csv``, then to a named
@@ -104,6 +102,7 @@ def cost_model(
     dequant_gemm_tokens: float | None = None,
     masked_pair_share: float | None = None,
     logit_remainder_reads: float | None = None,
+    logit_batched_reads: float | None = None,
     engine_version: str | None = None,
 ) -> CostModel:
     """Build the :class:`CostModel` of ``model`` served on ``gpu`` in weight format ``quant``.
@@ -161,9 +160,9 @@ def cost_model(
     masked_pair_share : float, optional
         Cost of an attention pair visited but masked out (another sequence's cell in a unified KV
         buffer, or a later token of the row's own) as a share of an attended pair's, in [0, 1].
-    logit_remainder_reads : float, optional
+    logit_remainder_reads, logit_batched_reads : float, optional
         Extra reads of the output matrix, at the batched rate, by a step with more than four rows of
-        logits, not a multiple of four (>= 0; 0: none).
+        logits, not a multiple of four (>= 0; 0: none); its reads by a step with two or more (> 0).
     engine_version : str, optional
         The backend's release, as its source writes it: its rows of ``data/engine_efficiency.csv``
         apply on top of the backend's all-release rows. Needs ``backend``.
@@ -197,6 +196,7 @@ def cost_model(
             "dequant_gemm_tokens": dequant_gemm_tokens,
             "masked_pair_share": masked_pair_share,
             "logit_remainder_reads": logit_remainder_reads,
+            "logit_batched_reads": logit_batched_reads,
         },
         engine_efficiencies(spec_backend["name"] if spec_backend else None, engine_version),
     )

@@ -60,6 +60,7 @@ _SHARED = (
     "dequant_gemm_tokens",
     "masked_pair_share",
     "logit_remainder_reads",
+    "logit_batched_reads",
 )
 
 

@@ -95,6 +95,10 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
     # logits are above four and not a multiple of four reads the output matrix again
     remainder_reads = constants["logit_remainder_reads"]
     remainder = _any(remainder_reads)
+    # the output matrix's own kernel may cost more (or less) than one read at the body's batched rate
+    # once it has two rows of logits (a Q8_0 matrix through tinyBLAS beside K-quant matrices on a CPU)
+    batched_extra = constants["logit_batched_reads"] - 1
+    batched_other = _any(batched_extra)
     # the weights a step reads besides the output matrix (a dense model's: every step the same)
     body_weights_read = weights / weight_read_efficiency - output_read
     score_bytes = constants["attention_score_bytes"]
@@ -151,6 +155,8 @@ def step_formula(constants: Mapping[str, Any]) -> tuple[Callable, Callable, Call
         # logits_indices), so its kernel is a matrix-vector one for one row whatever the step's tokens
         output_mbu = mbu_one * (1 + mbu_batched * (rows >= 2))
         output_reads = rows > 0
+        if batched_other:
+            output_reads = output_reads + batched_extra * (rows >= 2)
         if remainder:
             output_reads = output_reads + remainder_reads * (rows > 4) * (rows % 4 != 0)
         memory_ms = (read / (bandwidth * mbu) + output_read * output_reads / (bandwidth * output_mbu)) * 1e3

@@ -42,7 +42,7 @@ def profile(
     server: Any = None,
     repeats: int = 3,
     context_tokens: Sequence[int] = (64, 1024),
-    prompt_tokens: Sequence[int] = (128, 384, 768),
+    prompt_tokens: Sequence[int] = (32, 128, 384, 768),
     batch_sizes: Sequence[int] = (1, 2, 4, 6, 8),
     mixed_prompt_tokens: Sequence[int] = (),
     mixed_batch_sizes: Sequence[int] = (2, 4),
@@ -70,7 +70,9 @@ def profile(
       whether the engine's matrix kernels run rows in blocks of four (``logit_remainder_reads``).
     - ``prefill``: one prompt of each of ``prompt_tokens``, one output token: TTFT against prompt
       length gives the prefill rate (``mfu``) and the fixed per-request cost
-      (``request_overhead_ms``).
+      (``request_overhead_ms``); a prompt's one row of logits against the batch cells' row per
+      sequence, whether the output matrix's batched kernel costs what the body's does
+      (``logit_batched_reads``, from the shortest prompt).
     - ``mixed``: ``b`` streams as in a batch cell, and one prompt of each of ``mixed_prompt_tokens``
       (one output token) sent while they decode, for each ``b`` of ``mixed_batch_sizes``: the
       prompt is prefilled in the same engine steps as their decodes, so its TTFT and the streams'
