@@ -80,7 +80,5 @@ def test_held_parameters_are_drawn_from_their_stated_priors(monkeypatch):
     assert drawn["serial_share"].median() == pytest.approx(default, rel=0.02)
     q16, q84 = drawn["serial_share"].quantile([0.16, 0.84])
     assert (q84 - q16) / 2 == pytest.approx(MAX_RELATIVE_SE * default, rel=0.1)
-    # at its lower bound 0: half-normal upwards, scale 25% of the distance to its default
-    scale = MAX_RELATIVE_SE * float(efficiency_value("step_overhead_ms"))
-    assert drawn["step_overhead_ms"].min() >= 0.0
-    assert drawn["step_overhead_ms"].mean() == pytest.approx(scale * np.sqrt(2 / np.pi), rel=0.05)
+    # at its lower bound 0: the data put it there or below, so every draw keeps it at the bound
+    assert drawn["step_overhead_ms"].eq(0.0).all()

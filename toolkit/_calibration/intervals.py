@@ -14,9 +14,11 @@ Two more sources are drawn with them, so that the interval describes the server 
 A parameter ``calibrate`` held (``held``, ``held_reason``) is not known exactly: held at its default
 because the data do not identify it, it is drawn from a normal about the default with a standard
 deviation of ``MAX_RELATIVE_SE`` (25%) of it, the largest relative error a fitted parameter may have
-and still count as identified (:mod:`toolkit._calibration.fit`), so a held one is no better known; held
-at a bound, where the data say only that it is small (or large), it is drawn half-normal from the bound
-into its range with a scale of ``MAX_RELATIVE_SE`` of the distance from the bound to its default. And
+and still count as identified (:mod:`toolkit._calibration.fit`), so a held one is no better known. One
+held at a bound stays there in every draw: the fit pulled past the bound, so the data put the value at
+the bound or beyond it, not inside the range, and moving it inward without refitting the others would
+make every step faster (``serial_share`` below 1) or slower than the profile measured, an interval on
+one side of the point. And
 the host's speed drifts between runs by more than the spread between one profile's passes (which the
 fit's standard errors carry): each draw scales every step by a common factor ``1 + HOST_DRIFT z``
 (``mbu`` and ``mfu`` divided by it, the overheads multiplied), ``HOST_DRIFT`` = 8.7% being the
@@ -71,7 +73,7 @@ def _row(calibration: object) -> pd.Series:
 
 def parameter_draws(calibration: object, *, draws: int, seed: int) -> Iterator[pd.Series]:
     """``draws`` copies of the calibration row with each fitted parameter drawn from a normal with its
-    value and ``*_fit_se``, each held one from its prior and every step scaled by a host drift
+    value and ``*_fit_se``, each one held at its default from its prior and every step scaled by a host drift
     (module docstring); the measured range is left out of the copies, so that only the point
     prediction reports extrapolation."""
     row = _row(calibration)
@@ -88,8 +90,8 @@ def parameter_draws(calibration: object, *, draws: int, seed: int) -> Iterator[p
         drawn = base.copy()
         for name, z in zip(names, rng.standard_normal(len(names)), strict=True):
             drawn[name] = float(row[name]) + z * se[name]
-        for name, (centre, scale, side), z in zip(held, held.values(), extra.standard_normal(len(held)), strict=True):
-            drawn[name] = centre + (z if side == 0 else side * abs(z)) * scale
+        for name, (centre, scale), z in zip(held, held.values(), extra.standard_normal(len(held)), strict=True):
+            drawn[name] = centre + z * scale
         drift = max(1.0 + HOST_DRIFT * extra.standard_normal(), 0.5)
         for name in drawn.index.intersection(list(BOUNDS)):
             value = float(drawn[name])
@@ -100,17 +102,15 @@ def parameter_draws(calibration: object, *, draws: int, seed: int) -> Iterator[p
         yield drawn
 
 
-def _held(row: pd.Series) -> dict[str, tuple[float, float, int]]:
-    """Each held parameter's prior (module docstring): its centre, scale and side (0: a normal about
-    the centre; +1 or -1: half-normal up or down from a bound)."""
+def _held(row: pd.Series) -> dict[str, tuple[float, float]]:
+    """The prior of each parameter held at its default (module docstring): a normal's centre and
+    standard deviation; one held at a bound has none and stays there."""
     priors = {}
     for reason in filter(None, str(row.get("held_reason", "")).split("; ")):
         name = reason.split(" held at", 1)[0]
-        if name not in BOUNDS or name not in row.index:
+        if name not in BOUNDS or name not in row.index or "bound" in reason:
             continue
-        value, default = float(row[name]), float(efficiency_value(name))
-        side = -1 if "upper bound" in reason else 1 if "lower bound" in reason else 0
-        priors[name] = (value, MAX_RELATIVE_SE * (abs(default) if side == 0 else abs(default - value)), side)
+        priors[name] = (float(row[name]), MAX_RELATIVE_SE * abs(float(efficiency_value(name))))
     return priors
 
 
