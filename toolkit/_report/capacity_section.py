@@ -16,12 +16,15 @@ from toolkit._report.capacity import (
     CAPACITY_SEARCH,
     CAPACITY_WORKLOAD,
     CSV,
+    SEARCH_QUANTILES,
+    SEARCH_REPLICAS,
     SLO_MULTIPLES,
     START_SHARE,
     STRICT,
     CapacityRun,
     capacity_error,
     capacity_steps,
+    predicted_rps,
 )
 from toolkit._report.panels import BAR_COLOR, HEIGHT, WIDTH
 
@@ -67,6 +70,7 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
     m = cap.measured.summary.iloc[0]
     p = cap.predicted.summary.iloc[0]
     strict = cap.predicted_strict.summary.iloc[0]
+    median, low, high = predicted_rps(cap)
     rows = [
         {"search": "measured", "percentile": m["percentile"], "capacity_rps": m["capacity_rps"],
          "first_failing_rps": m["failed_rps"], "interval_low_rps": m["interval_low_rps"],
@@ -77,6 +81,9 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
            "ttft_alone_rps": s["ttft_alone_rps"], "tpot_alone_rps": s["tpot_alone_rps"], "steps": s["steps"],
            "requests_per_step": s["requests_per_step"], "wall_s": s["wall_s"]}
           for name, s in (("predicted", p), (STRICT, strict))),
+        {"search": f"predicted, the measured search simulated {SEARCH_REPLICAS} times", "percentile": m["percentile"],
+         "capacity_rps": median, "interval_low_rps": low, "interval_high_rps": high,
+         "requests_per_step": m["requests_per_step"]},
     ]  # fmt: skip
     words = [capacity_sentence(cap, refused=refused)]
     body = (
@@ -92,7 +99,7 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
     binds, and the search's time against its budget. With ``refused`` (the trust check presents no fit
     from this run) the prediction is named indicative and not judged against the 15%."""
     m = cap.measured.summary.iloc[0]
-    p = cap.predicted.summary.iloc[0]
+    median, low, high = predicted_rps(cap)
     slos = " and ".join(f"{_NAMES[k]} p{m['percentile']:g} within {v:g} ms" for k, v in cap.slos_ms.items())
     if not math.isfinite(m["capacity_rps"]):
         measured = f"no rate passed (the lowest tried, {m['failed_rps']:.3g} req/s, failed)"
@@ -107,7 +114,7 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
         else f", {error:+.0%}: {'within' if abs(error) <= AGREEMENT else 'outside'} {AGREEMENT:.0%}"
     )
     if math.isfinite(error) and m["failed_rps"] > (1 + AGREEMENT) * m["capacity_rps"]:
-        inside = m["capacity_rps"] <= p["capacity_rps"] <= m["failed_rps"]
+        inside = m["capacity_rps"] <= median <= m["failed_rps"]
         verdict += (
             f" (the search's bracket is wider than {AGREEMENT:.0%}: the capacity lies anywhere in it, so the"
             f" comparison cannot resolve {AGREEMENT:.0%}; the prediction lies {'inside' if inside else 'outside'} it)"
@@ -116,10 +123,11 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
         verdict = ", indicative only: the fit on this run's profile is not presented (see above)"
     binds = f"; {_NAMES.get(m['binding_slo'], m['binding_slo'])} binds first" if m["binding_slo"] else ""
     stopped = " and stopped at its budget, keeping every step measured" if m["stopped_early"] else ""
+    spread = f"{SEARCH_QUANTILES[1] - SEARCH_QUANTILES[0]:.0%} of them between {low:.3g} and {high:.3g}"
     return (
-        f"Capacity at {slos}: measured {measured}{binds}; predicted {p['capacity_rps']:.3g} req/s by the model"
-        f" calibrated on the profile{verdict}. The search took {m['wall_s']:.0f} s of its {m['budget_s']:.0f} s"
-        f" budget{stopped}."
+        f"Capacity at {slos}: measured {measured}{binds}; predicted {median:.3g} req/s by the model"
+        f" calibrated on the profile (the median of {SEARCH_REPLICAS} simulated runs of this search, {spread})"
+        f"{verdict}. The search took {m['wall_s']:.0f} s of its {m['budget_s']:.0f} s budget{stopped}."
     )
 
 
@@ -139,11 +147,15 @@ def _method(cap: CapacityRun) -> str:
         f" {START_SHARE:g} x the prediction, bisect to {CAPACITY_SEARCH['rel_tolerance']:.0%}, then confirm."
         f" The report's time budget ({m['budget_s']:.0f} s) cut it: {m['requests_per_step']:.0f} measured requests"
         f" a step where the p99 rule asks {m['rule_requests']:.0f} (so a step's p99 is its slowest request, whose"
-        f" median is the {p['percentile']:.3g}th percentile; the prediction compared is asked that percentile),"
-        f" {CAPACITY_SEARCH['repeats']} step at the last passing rate rather than 2, and a"
-        f" {CAPACITY_SEARCH['rel_tolerance']:.0%} tolerance rather than 10%. The interval is where the"
-        f" capacity lies allowing for each percentile's sampling error (the highest rate that passed clearly,"
-        f" the lowest that failed clearly; blank where no step was that clear). At the true p99 the model"
-        f" predicts {strict['capacity_rps']:.3g} req/s, the stricter number a search at the rule's request"
-        f" count would approach. Search ended: {m['reason']}."
+        f" median is the {p['percentile']:.3g}th percentile), {CAPACITY_SEARCH['repeats']} step at the last"
+        f" passing rate rather than 2, and a {CAPACITY_SEARCH['rel_tolerance']:.0%} tolerance rather than 10%."
+        f" A short step also starts from an idle server and ends before a queue near capacity has grown to its"
+        f" steady state, so such a search finds a higher rate than a long one: the prediction compared is this"
+        f" same search (its steps, repeats, tolerance and first rate) simulated {SEARCH_REPLICAS} times. The"
+        f" measured interval is where the capacity lies allowing for each percentile's sampling error (the"
+        f" highest rate that passed clearly, the lowest that failed clearly; blank where no step was that"
+        f" clear). At steady state (2000 simulated requests a step) the model predicts"
+        f" {p['capacity_rps']:.3g} req/s at the {p['percentile']:.3g}th percentile and"
+        f" {strict['capacity_rps']:.3g} req/s at the true p99, the stricter number a long search would"
+        f" approach. Search ended: {m['reason']}."
     )
