@@ -149,15 +149,16 @@ def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent(prof
     # the server's serial_share and batched_mbu_factor are 1, the top of their ranges: a fit that lands
     # there is held there, with the reason, and is then exact; with no batch above four that is not a
     # multiple of four, logit_remainder_reads is not exercised and stays at its default 0; its output
-    # matrix costs what its body does, and logit_batched_reads may stay at its default 1; nothing
+    # matrix is 256 of its 100,256 parameters, too little for a profile to see the output matrix's own
+    # reads, so logit_batched_reads is held (at its default, or at a bound noise put it on); nothing
     # else is held
     held = set(filter(None, row["held"].split(",")))
-    defaults = {"logit_remainder_reads": 0, "logit_batched_reads": 1}
-    assert held <= {"serial_share", "batched_mbu_factor", *defaults}, row["held_reason"]
-    for name in held - set(defaults):
+    unseen = {"logit_remainder_reads", "logit_batched_reads"}
+    assert "logit_batched_reads" in held
+    assert held <= {"serial_share", "batched_mbu_factor", *unseen}, row["held_reason"]
+    for name in held - unseen:
         assert f"{name} held at its upper bound 1: it fitted there" in row["held_reason"]
     assert row["logit_remainder_reads"] == 0
-    assert row["logit_batched_reads"] == pytest.approx(1.0, rel=0.05)
     got = _read_back(tk.cost_model(MODEL, DEVICE, QUANT, calibration=fit))
     truth = _seen(server, transport_ms)
     for name, value in truth.items():

@@ -19,7 +19,9 @@ from hostile_server import ECHO_PATHS, FILLER_LENGTHS, MODEL, HostileServer
 
 import toolkit
 
-KEY = "sk-" + hashlib.sha256(b"issue 39").hexdigest()[:45]
+# seeded so that every 6-character piece holds at least two letters: an all-digit piece ("558108", of
+# the seed "issue 39") once matched a measured time in a report, a leak that was not one
+KEY = "sk-" + hashlib.sha256(b"issue 39 key 29").hexdigest()[:45]
 PIECES = {KEY[i : i + 6] for i in range(len(KEY) - 5)}
 CASES = len(ECHO_PATHS) * len(FILLER_LENGTHS)
 
@@ -42,6 +44,7 @@ def _echoed_every_case(server: HostileServer) -> None:
 
 def test_the_key_is_48_characters_with_43_pieces():
     assert len(KEY) == 48 and len(PIECES) == 43
+    assert all(sum(c.isalpha() for c in piece) >= 2 for piece in PIECES)
 
 
 def test_a_report_keeps_no_piece_of_an_echoed_key(tmp_path, monkeypatch):

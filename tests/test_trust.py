@@ -204,12 +204,12 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     # its serial_share and batched_mbu_factor are 1, the top of their ranges: either is held there when
     # the fit lands on it (timing noise decides); its profile has no batch above four that is not a
     # multiple of four, so logit_remainder_reads (0 in this engine) is held at its default 0; its output
-    # matrix costs what its body does, so logit_batched_reads is 1 or held there; nothing else is held
+    # matrix is 0.26% of its weights, too little to see its own reads, so logit_batched_reads is held
+    # (at its default, or at a bound noise put it on); nothing else is held
     held = set(check.calibration["held"].iloc[0].split(",")) - {""}
     allowed = {"serial_share", "batched_mbu_factor", "logit_remainder_reads", "logit_batched_reads"}
-    assert held <= allowed, check.calibration["held_reason"].iloc[0]
+    assert held <= allowed and "logit_batched_reads" in held, check.calibration["held_reason"].iloc[0]
     assert check.calibration["logit_remainder_reads"].iloc[0] == 0
-    assert check.calibration["logit_batched_reads"].iloc[0] == pytest.approx(1.0, rel=0.05)
     assert check.calibration["serial_share"].iloc[0] == pytest.approx(1.0, rel=0.05)
     assert check.calibration["batched_mbu_factor"].iloc[0] == pytest.approx(1.0, rel=0.05)
     assert check.sweep_median_error < 0.05, check.sweep_accuracy
