@@ -125,10 +125,10 @@ def measure_capacity(
     start = max(START_SHARE * start, floor) if math.isfinite(start) else floor
     steps = {k: v for k, v in search.items() if k != "percentile"}
     measured = find_capacity(server=server, rate_low_rps=start, progress=False, **steps, **common)
-    design = {k: search[k] for k in ("min_requests", "repeats", "rel_tolerance")}
-    engine["rate_low_rps"] = start
+    # the measured search's own design, from the rate it started at
+    design = {k: search[k] for k in ("min_requests", "repeats", "rel_tolerance")} | {**engine, "rate_low_rps": start}
     replicated = tuple(
-        float(predict_capacity(seed=(r + 1) * 2**32, **design, **engine, **common).summary["capacity_rps"].iloc[0])
+        float(predict_capacity(seed=(r + 1) * 2**32, **design, **common).summary["capacity_rps"].iloc[0])
         for r in range(SEARCH_REPLICAS)
     )
     return CapacityRun(measured, predicted, strict, slos, unloaded, replicated)
