@@ -13,12 +13,13 @@ import pytest
 import toolkit
 from toolkit._report.capacity import (
     CSV,
+    PAIRED,
     STRICT,
     CapacityRun,
     capacity_error,
     capacity_steps,
-    predicted_rps,
     resolved_percentile,
+    search_spread_rps,
 )
 from toolkit._report.capacity_section import capacity_chart, capacity_section, capacity_sentence
 
@@ -52,10 +53,12 @@ def _search(ms: float, percentile: float, *, min_requests: int = 300, seed: int 
 
 
 def _run(measured_ms: float, predicted_ms: float) -> CapacityRun:
-    # the "measured" search is a simulated slower server; three simulated runs of its design predict it
+    # the "measured" search is a simulated slower server; its design on its own seed predicts it, and
+    # three runs with other seeds give the spread
     replicated = [_search(predicted_ms, 99, seed=(r + 1) * 2**32).summary["capacity_rps"].iloc[0] for r in range(3)]
     return CapacityRun(
         measured=_search(measured_ms, 99),
+        paired=_search(predicted_ms, 99),
         predicted=_search(predicted_ms, 97.7),
         predicted_strict=_search(predicted_ms, 99),
         slos_ms={"ttft": 200.0, "tpot": 50.0},
@@ -74,21 +77,46 @@ def test_a_search_of_short_steps_from_an_idle_server_finds_more_than_the_steady_
     short = [_search(50, 99, min_requests=30, seed=(r + 1) * 2**32).summary["capacity_rps"].iloc[0] for r in range(21)]
     assert np.median(short) > 1.1 * steady
     cap = _run(50, 50)
-    median, low, high = predicted_rps(cap)
+    median, low, high = search_spread_rps(cap)
     assert median == pytest.approx(np.median(cap.replicated_rps)) and low <= median <= high
+    # the same server on the same seed is the same search: the paired prediction equals the measurement
+    assert capacity_error(cap) == 0
+
+
+def test_a_predicted_search_stops_where_its_budget_would_stop_a_measured_one():
+    # near-regular arrivals (gamma, ca2 1e-8) on a 50 ms deterministic service below 20 req/s: each
+    # request is answered 50 ms after it arrives, so a step of n = 34 requests (30 measured, 4 warm-up)
+    # at rate r has its last arrival at (n - 1) / r and its last answer 0.05 s later; the drain for a
+    # 200 ms TTFT and one-token answers is its floor, 2 s; every step also counts its 2 s set-up
+    from toolkit._capacity.spec import STEP_SETUP_S
+
+    n, drain = 34, 2.0
+    after_two = sum((n - 1) / r + 0.05 + STEP_SETUP_S for r in (1.0, 2.0))
+    third_needs = after_two + (n - 1) / 4.0 + drain + STEP_SETUP_S
+    for budget, steps in ((third_needs - 0.05, 2), (third_needs + 0.05, 3)):
+        result = toolkit.predict_capacity(
+            cost=FixedStep(50), max_batch=1, slo_ttft_ms=200, percentile=99, prompt_tokens=1, output_tokens=1,
+            arrivals="gamma", ca2=1e-8, min_requests=30, rel_tolerance=0.05, repeats=1, rate_low_rps=1.0,
+            budget_s=budget,
+        )  # fmt: skip
+        s = result.summary.iloc[0]
+        assert len(result.steps) == steps and s["stopped_early"] and s["budget_s"] == budget
+        assert list(result.steps["rate_rps"]) == [1.0, 2.0, 4.0][:steps] and s["capacity_rps"] == 2.0 ** (steps - 1)
+    with pytest.raises(ValueError, match="budget_s"):
+        toolkit.predict_capacity(cost=FixedStep(50), max_batch=1, slo_ttft_ms=200, budget_s=0)
 
 
 def test_the_section_writes_every_step_and_states_measured_against_predicted(tmp_path):
     cap = _run(50, 40)
     measured = cap.measured.summary.iloc[0]["capacity_rps"]
-    predicted = float(np.median(cap.replicated_rps))
+    predicted = float(cap.paired.summary.iloc[0]["capacity_rps"])
     # a deterministic 40 ms service sustains more than a 50 ms one: the error is positive, by hand
     assert predicted > measured and capacity_error(cap) == pytest.approx(predicted / measured - 1)
     section = capacity_section(cap, tmp_path)
     written = pd.read_csv(tmp_path / CSV)
     counts = written["source"].value_counts().to_dict()
-    assert counts == {"measured": len(cap.measured.steps), "predicted": len(cap.predicted.steps),
-                      STRICT: len(cap.predicted_strict.steps)}  # fmt: skip
+    assert counts == {"measured": len(cap.measured.steps), PAIRED: len(cap.paired.steps),
+                      "predicted": len(cap.predicted.steps), STRICT: len(cap.predicted_strict.steps)}  # fmt: skip
     assert set(written.loc[written["source"].eq("predicted"), "percentile"]) == {97.7}
     assert written["ttft_q_ms"].notna().all() and "ttft_p99_ms" not in written
     assert (tmp_path / "capacity.png").stat().st_size > 0 and section.title == "Capacity at the SLO"
@@ -138,14 +166,15 @@ def test_a_report_with_a_capacity_search_shows_it_and_says_it_in_the_conclusion(
     conclusion = (tmp_path / "r" / "conclusion.txt").read_text()
     assert capacity_sentence(cap) in conclusion
     written = pd.read_csv(tmp_path / "r" / CSV)
-    assert len(written) == len(cap.measured.steps) + len(cap.predicted.steps) + len(cap.predicted_strict.steps)
+    searches = (cap.measured, cap.paired, cap.predicted, cap.predicted_strict)
+    assert len(written) == sum(len(result.steps) for result in searches)
 
 
 def test_a_bracket_wider_than_the_agreement_band_is_said_with_where_the_prediction_lies():
     cap = _run(50, 40)
     m = cap.measured.summary
     m.loc[0, "failed_rps"] = 2 * m.loc[0, "capacity_rps"]  # a coarse search: a bracket of 2x
-    predicted = float(np.median(cap.replicated_rps))
+    predicted = float(cap.paired.summary.iloc[0]["capacity_rps"])
     inside = m.loc[0, "capacity_rps"] <= predicted <= m.loc[0, "failed_rps"]
     sentence = capacity_sentence(cap)
     assert "cannot resolve 15%" in sentence

@@ -2,8 +2,10 @@
 
 Does what ``make report``'s "Capacity at the SLO" phase does (:mod:`toolkit._report.capacity`), with a
 longer search (``BENCH_SEARCH``: 120 measured requests a step where the report takes 30): starts
-the local llama-server as the report does (8 slots), samples the host twice and profiles it once
-(:func:`toolkit.profile`, one pass over its design), calibrates the serving model on that profile,
+the local llama-server as the report does (8 slots), samples the host twice and profiles it in two
+passes with the second host sample between them (:func:`toolkit.profile`; the report calibrates on
+several passes spread over its run, and one pass left the fitted cost of this workload's short prompts
+a fifth either way from run to run), calibrates the serving model on that profile,
 derives the SLO pair from the calibrated model's unloaded TTFT and TPOT, predicts the capacity
 (:func:`toolkit.predict_capacity`) and measures it (:func:`toolkit.find_capacity`, within its budget).
 Writes reports/bench/capacity.json:
@@ -11,12 +13,13 @@ Writes reports/bench/capacity.json:
 - the SLO pair and the unloaded latencies it is derived from, the measured capacity with the search's
   bracket (last passing rate, first failing rate) and its clear-verdict interval, the binding SLO, every
   measured step (rate, p99s, verdict, reason), the search's wall time against its budget;
-- the prediction compared: the measured search's own design (step size, repeats, tolerance, first rate)
-  simulated ``SEARCH_REPLICAS`` times on the calibrated model, its median and 10-90% spread; beside
-  it the steady-state predictions (2000 simulated requests a step) at the percentile the measured steps
-  resolve and at the true p99, with each SLO's binding rate alone; ``error`` (the median over measured,
-  minus 1) with ``within_15_percent``, whether the median lies in the measured bracket, and whether that
-  bracket is narrow enough to judge 15%;
+- the prediction compared: the measured search's own design (step size, repeats, tolerance, first rate,
+  budget and seed, so each step's requests are those the measured step at that rate sent) simulated on
+  the calibrated model, with its steps; the same design with ``SEARCH_REPLICAS`` other seeds, its
+  median and 10-90% spread; beside them the steady-state predictions (2000 simulated requests a step) at
+  the percentile the measured steps resolve and at the true p99, with each SLO's binding rate alone;
+  ``error`` (predicted over measured, minus 1) with ``within_15_percent``, whether the prediction lies
+  in the measured bracket, and whether that bracket is narrow enough to judge 15%;
 - the host: load average before the server started and before and after the search, other processes'
   CPU share over the search (toolkit._sweep.host_state); busy by the bench scripts' rule
   (:func:`toolkit._validation.refusal.bench_host_busy`) is marked ``host_busy: true`` and its numbers
@@ -63,19 +66,22 @@ def main() -> dict:
         SEARCH_REPLICAS,
         capacity_error,
         measure_capacity,
-        predicted_rps,
+        search_spread_rps,
     )
     from toolkit._sweep import host_state
     from toolkit._sweep.llama_server import LlamaServer
     from toolkit._sweep.profile import profile
+    from toolkit._sweep.profile_cells import combine_passes
     from toolkit._validation.refusal import bench_host_busy, busy_reason, unsteady_reason
 
     started = dt.datetime.now().isoformat(timespec="seconds")
     load_before = os.getloadavg()[0]  # before the server starts: none of it is the server's
     samples = [measure_host()]
     with LlamaServer(parallel=8) as server:
-        profiled = profile(server=server, repeats=1, progress=False)
+        passes = [profile(server=server, repeats=1, progress=False)]
         samples.append(measure_host())
+        passes.append(profile(server=server, repeats=1, progress=False))
+        profiled = combine_passes(passes)
         before = host_state.sample(server.pid)
         t0 = time.perf_counter()
         cap = measure_capacity(server, profiled, best_of_hosts(samples), max_batch=8, search=BENCH_SEARCH)
@@ -87,7 +93,9 @@ def main() -> dict:
     p = cap.predicted.summary.iloc[0]
     strict = cap.predicted_strict.summary.iloc[0]
     error = capacity_error(cap)
-    median, low, high = predicted_rps(cap)
+    paired = cap.paired.summary.iloc[0]
+    predicted = paired["capacity_rps"]
+    median, low, high = search_spread_rps(cap)
     steps = cap.measured.steps
     q = f"p{m['percentile']:g}"
     result = {
@@ -124,7 +132,22 @@ def main() -> dict:
             for _, s in steps.iterrows()
         ],
         "predicted": {
-            "capacity_rps": _number(median),
+            "capacity_rps": _number(predicted),
+            "failed_rps": _number(paired["failed_rps"]),
+            "steps": int(paired["steps"]),
+            "stopped_early": bool(paired["stopped_early"]),
+            "predicted_steps": [
+                {
+                    "rate_rps": _number(s["rate_rps"]),
+                    f"ttft_{q}_ms": _number(s[f"ttft_{q}_ms"]),
+                    f"tpot_{q}_ms": _number(s[f"tpot_{q}_ms"]),
+                    "passed": bool(s["passed"]),
+                }
+                for _, s in cap.paired.steps.iterrows()
+            ],  # fmt: skip
+        },
+        "other_seeds": {
+            "median_rps": _number(median),
             "spread_10_90_rps": [_number(low), _number(high)],
             "search_replicas": SEARCH_REPLICAS,
             "replicated_rps": [_number(r) for r in cap.replicated_rps],
@@ -144,7 +167,7 @@ def main() -> dict:
         },
         "error": _number(error),
         "within_15_percent": bool(abs(error) <= AGREEMENT) if math.isfinite(error) else False,
-        "predicted_in_bracket": bool(m["capacity_rps"] <= median <= m["failed_rps"]),
+        "predicted_in_bracket": bool(m["capacity_rps"] <= predicted <= m["failed_rps"]),
         # whether the bracket (first failing over last passing rate) is narrow enough to judge 15% at all
         "bracket_ratio": _number(m["failed_rps"] / m["capacity_rps"]),
         "bracket_resolves_15_percent": bool(m["failed_rps"] <= (1 + AGREEMENT) * m["capacity_rps"]),
@@ -160,8 +183,8 @@ def main() -> dict:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "capacity.json").write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"measured {m['capacity_rps']:.3g} req/s (first failing {m['failed_rps']:.3g}), predicted {median:.3g}"
-        f" ({error:+.0%}; 10-90% of simulated searches {low:.3g}-{high:.3g}); steady state {p['capacity_rps']:.3g}"
+        f"measured {m['capacity_rps']:.3g} req/s (first failing {m['failed_rps']:.3g}), predicted {predicted:.3g}"
+        f" ({error:+.0%}; other seeds: 10-90% {low:.3g}-{high:.3g}); steady state {p['capacity_rps']:.3g}"
         f" at p{p['percentile']:.3g}, {strict['capacity_rps']:.3g} at p99;"
         f" search {m['wall_s']:.0f} s of {m['budget_s']:.0f} s; host busy: {busy}"
     )

@@ -37,7 +37,9 @@ are recorded beside it (``predicted_n_batch_steps``), to tell on an idle host wh
 Both sides count whole prompts: the chat template's tokens are part of the server's counts (its
 opening, 9 tokens here, is shared by every prompt), while the trace's blocks model only the text.
 
-Writes reports/bench/prefix_replay.json. Results from a busy host are marked (``host_busy``).
+Writes reports/bench/prefix_replay.json, and each replayed request measured beside predicted (cached
+tokens, TTFT) to reports/bench/prefix_replay_requests.csv. Results from a busy host are marked
+(``host_busy``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -84,12 +87,14 @@ def _mooncake_slice(tk):
     return picked
 
 
-def _compare(tk, replayed, costs, sent):
+def _compare(tk, replayed, costs, sent, name, per_request):
     """Predicted against measured for one replay: the simulator at the replay's send times. ``sent`` is the
     replayed trace (its requests are in the same order); its ``answer_blocks``, where it has them, come
-    with its answers' lengths, which the server produced (``ignore_eos``)."""
+    with its answers' lengths, which the server produced (``ignore_eos``). Appends the replay's requests,
+    measured beside predicted, to ``per_request``."""
     requests = replayed.requests
-    ok = requests[requests["outcome"].eq("ok")]
+    # in sending order, as the simulator numbers its requests, so that its rows line up with these
+    ok = requests[requests["outcome"].eq("ok")].sort_values("sent_s", kind="stable")
     trace = ok[["sent_s", "prompt_tokens_target", "output_tokens", "prefix_blocks"]].rename(
         columns={"sent_s": "arrival_s", "prompt_tokens_target": "prompt_tokens"}
     )
@@ -113,6 +118,20 @@ def _compare(tk, replayed, costs, sent):
     sim = sims[UBATCH]
     predicted_ttft = sim.requests["ttft_s"].to_numpy() * 1000
     batch_ttft = sims[N_BATCH].requests["ttft_s"].to_numpy() * 1000
+    per_request.append(
+        pd.DataFrame(
+            {
+                "workload": name,
+                "sent_s": ok["sent_s"].to_numpy(),
+                "prompt_tokens": ok["prompt_tokens"].to_numpy(),
+                "prompt_tokens_target": ok["prompt_tokens_target"].to_numpy(),
+                "cached_tokens": ok["cached_tokens"].to_numpy(),
+                "predicted_cached_tokens": sim.requests["cached_tokens"].to_numpy(),
+                "ttft_ms": ok["ttft_ms"].to_numpy(),
+                "predicted_ttft_ms": predicted_ttft,
+            }
+        )
+    )
     measured_hit = float(ok["cached_tokens"].sum() / ok["prompt_tokens"].sum())
     predicted_hit = float(sim.summary["prefix_hit_rate"].iloc[0])
     row = {
@@ -169,6 +188,7 @@ def main() -> None:
         for step in (UBATCH, N_BATCH)
     }
     shares = {k: round(float(v), 4) for k, v in others.items()}
+    per_request: list[pd.DataFrame] = []
     busy = bench_host_busy(
         load_before, profiled, {k: v for k, v in shares.items() if k != "profile"}, os.cpu_count() or 1
     )
@@ -182,7 +202,7 @@ def main() -> None:
         "mooncake_slice": MOONCAKE | {"token_scale": "1/64", "roots": MOONCAKE_ROOTS, "span_s": MOONCAKE_SPAN_S},
         "calibration": {n: round(float(fitted[n].iloc[0]), 4) for n in ("mbu", "mfu", "serial_share")},
         "results": {
-            name: _compare(tk, replayed, costs, {"sessions": sessions, "mooncake": mooncake}[name])
+            name: _compare(tk, replayed, costs, {"sessions": sessions, "mooncake": mooncake}[name], name, per_request)
             for name, replayed in replays.items()
         },
         "turn_template_tokens": replays["sessions"].params["turn_template_tokens"],
@@ -193,6 +213,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "prefix_replay.json").write_text(json.dumps(result, indent=1) + "\n")
+    pd.concat(per_request, ignore_index=True).round(2).to_csv(OUT / "prefix_replay_requests.csv", index=False)
     print(json.dumps({k: result[k] for k in ("wall_s", "results", "others_cpu_share", "host_busy")}, indent=1))
 
 

@@ -12,13 +12,10 @@ import pandas as pd
 from toolkit._args import check_number
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import StopSearch, search
-from toolkit._capacity.spec import Spec, check_spec, step_seed, step_trace
+from toolkit._capacity.spec import STEP_SETUP_S, Spec, check_spec, step_seed, step_trace
 from toolkit._capacity.step import judge_step
 
 __all__ = ["find_capacity"]
-
-# a step's own set-up (the session's model and prompt-length look-ups) on top of its arrivals and drain
-STEP_SETUP_S = 2.0
 
 
 def find_capacity(

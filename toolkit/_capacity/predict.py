@@ -9,10 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from toolkit._args import check_int
+from toolkit._args import check_int, check_number
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import search
-from toolkit._capacity.spec import METRICS, Spec, check_spec, step_seed, step_trace
+from toolkit._capacity.spec import METRICS, STEP_SETUP_S, Spec, check_spec, step_seed, step_trace
 from toolkit._capacity.step import judge_step
 
 __all__ = ["predict_capacity"]
@@ -41,6 +41,7 @@ def predict_capacity(
     rel_tolerance: float = 0.02,
     repeats: int = 2,
     drain_s: float | None = None,
+    budget_s: float | None = None,
     calibration: object = None,
     cost: object = None,
     max_batch: int = 256,
@@ -73,6 +74,14 @@ def predict_capacity(
         ``percentile`` and 2000 (a simulated step is cheap).
     rate_low_rps, rate_high_rps, rel_tolerance, repeats, drain_s
         As for :func:`toolkit.find_capacity` (``rel_tolerance`` defaults finer, 0.02).
+    budget_s : float or None
+        None: the search runs to its end. Else the seconds a measured search would have (> 0), to
+        predict what a search cut by its budget finds: before each step the search stops, as
+        :func:`toolkit.find_capacity` does, when the seconds simulated so far plus the step's arrivals,
+        its drain and a step's set-up allowance would pass ``budget_s``; each step counts the time to
+        its last answer (or its drain's end) plus that allowance, more than a measured step's set-up
+        takes, so where the model's steps last as long as the server's the simulated search stops no
+        later than the measured one.
     calibration, cost, max_batch, max_num_batched_tokens, tensor_parallel, kv_dtype, backend
         As for :func:`toolkit.simulate`.
     prefill_breaks, prefill_start_breaks, ubatch_tokens
@@ -102,6 +111,9 @@ def predict_capacity(
 
     started = time.perf_counter()
     spec = check_spec(dict(locals()))
+    budget = math.inf
+    if budget_s is not None:
+        budget = check_number("budget_s", budget_s, low=0, low_inclusive=False, high=7 * 86_400)
     cached = check_int("cached_tokens", cached_tokens, low=0, high=10**6)
     if min_requests is None:
         spec = Spec(**{**spec.__dict__, "min_requests": max(spec.rule_requests, PREDICT_REQUESTS)})
@@ -115,34 +127,37 @@ def predict_capacity(
         "prefill_breaks": tuple(prefill_breaks), "prefill_start_breaks": tuple(prefill_start_breaks),
         "ubatch_tokens": ubatch_tokens,
     }  # fmt: skip
-    outcome = _search(spec, engine, cached)
+    outcome = _search(spec, engine, cached, budget)
     alone = {f"{m}_alone_rps": math.nan for m in METRICS}
     for metric, slo in spec.slos.items():
         if len(spec.slos) == 1:
             alone[f"{metric}_alone_rps"] = outcome.capacity_rps
         else:
             only = Spec(**{**spec.__dict__, "slos": {metric: slo}})
-            alone[f"{metric}_alone_rps"] = _search(only, engine, cached).capacity_rps
+            alone[f"{metric}_alone_rps"] = _search(only, engine, cached, budget).capacity_rps
     params = {"model": model, "gpu": gpu, "quant": quant, "drain_s": spec.drain_s, "seed": spec.seed, **engine}
     params["cached_tokens"] = cached
     result = build_result(
-        outcome, spec, wall_s=time.perf_counter() - started, budget_s=math.inf, params=params, warnings=[]
+        outcome, spec, wall_s=time.perf_counter() - started, budget_s=budget, params=params, warnings=[]
     )
     for column, value in alone.items():
         result.summary[column] = value
     return result
 
 
-def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int):
+def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int, budget_s: float):
     from toolkit._queueing.simulator import simulate
 
     runs: list[float] = []
+    simulated_s = [0.0]  # the seconds the steps so far would have taken a measured search
 
-    def measure(rate: float, phase: str) -> dict[str, Any]:
+    def measure(rate: float, phase: str) -> dict[str, Any] | None:
         seed = step_seed(spec, len(runs))
-        runs.append(rate)
         t0 = time.perf_counter()
         trace = step_trace(spec, rate, seed)
+        if simulated_s[0] + float(trace["arrival_s"].iloc[-1]) + spec.drain_s + STEP_SETUP_S > budget_s:
+            return None
+        runs.append(rate)
         if spec.trace is None and cached_tokens:
             trace["cached_tokens"] = (trace["prompt_tokens"] - 1).clip(lower=0, upper=cached_tokens)
         sim = simulate(
@@ -160,6 +175,8 @@ def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int):
             }
         )
         row = judge_step(frame, spec, rate_rps=rate, end_s=end_s)
+        answered = (req["arrival_s"] + req["e2e_s"]).max()
+        simulated_s[0] += min(float(answered), end_s) + STEP_SETUP_S
         return {"seed": seed, **row, "wall_s": time.perf_counter() - t0}
 
     return search(

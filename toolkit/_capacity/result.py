@@ -54,8 +54,8 @@ class CapacityResult:
         ``e2e`` or ``queue``), ``percentile``, ``slo_ttft_ms``, ``slo_tpot_ms``, ``slo_e2e_ms``
         (NaN where not given), ``steps``, ``requests_per_step`` (measured requests a step),
         ``rule_requests`` (the fewest the percentile needs, see ``toolkit._capacity.rule``),
-        ``wall_s`` (the whole search), ``budget_s`` (inf for a prediction), ``stopped_early`` and ``reason`` (how the
-        search ended). :func:`toolkit.predict_capacity` adds ``ttft_alone_rps``,
+        ``wall_s`` (the whole search; a prediction's own computing time), ``budget_s`` (inf for a
+        prediction given none), ``stopped_early`` and ``reason`` (how the search ended). :func:`toolkit.predict_capacity` adds ``ttft_alone_rps``,
         ``tpot_alone_rps`` and ``e2e_alone_rps``: the capacity with that SLO alone (NaN for an SLO
         not given).
     params : dict

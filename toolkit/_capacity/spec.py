@@ -30,6 +30,9 @@ MAX_RATE_RPS = 1e6
 # cache would serve a later step's prompts from an earlier step's (the stride exceeds MAX_REQUESTS)
 SEED_STRIDE = 2**24
 MAX_SEED = 2**61
+# a step's own set-up (the session's model and prompt-length look-ups) on top of its arrivals and drain:
+# find_capacity keeps it free in its budget before a step, and predict_capacity counts it after each one
+STEP_SETUP_S = 2.0
 # lengths of the generated requests when neither they nor a trace are given
 DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 128, 64
 

@@ -2,30 +2,33 @@
 :func:`toolkit.predict_capacity` from the model calibrated on the report's own profile.
 
 The SLO pair is derived, never typed in: the calibrated model's unloaded TTFT and TPOT of the capacity
-workload (one request alone on the server), times ``SLO_MULTIPLES``. TPOT gets the larger multiple
-because on this server a request's TPOT is set by the prefills that join its decode steps, not by the
-decode alone: any second request in flight stretches it, so a small multiple of the unloaded TPOT is met
-only near zero load (a trivial answer). At these multiples, on the host that chose them (idle and
-loaded), the calibrated model had each SLO alone bind between about 1.5 and 6 requests per second,
-within a factor of two of each other, so the pair is neither trivially high nor zero and either may
-bind first.
+workload (one request alone on the server), times ``SLO_MULTIPLES``. The multiples put the capacity at
+the knee of the latency curve, where the queue starts to grow: there a rate a tenth too high fails by far
+more than the sampling error of a step's slowest request, so the capacity follows the server's service
+rate, which the model predicts best. At smaller multiples (TTFT 4 x) the SLO bound on the flat part of
+the curve, where p99 TTFT rose by a third while the rate doubled: a tenth off in a tail latency moved the
+capacity by a quarter, and 40 simulated runs of the same short search spread over +-40%. TPOT gets a
+multiple that binds only near saturation: on this server a request's TPOT is set by the prefills that join
+its decode steps, so any second request in flight stretches it, and a small multiple binds on the flat
+part again. TTFT therefore binds first (about 4 to 7 requests per second on the hosts that chose them).
 
 The search is cut to fit the report's time (``CAPACITY_SEARCH``, about a minute): short requests, 30
 measured requests a step (the p99 of 30 is their slowest; the rule asks 473), one step at the last
-passing rate, a 15% bisection tolerance, and a first rate at ``START_SHARE`` of the prediction so the
+passing rate, an 8% bisection tolerance, and a first rate at ``START_SHARE`` of the prediction so the
 bracket needs few steps (the prediction only chooses where to start; every verdict is measured), but no
 lower than where a step's arrivals take a quarter of the budget.
 
 A step of 30 requests judges its p99 by its slowest request, whose median is the 97.7th percentile of
 the latency's distribution, not the 99th, and it starts from an idle server: near capacity its queue
 has not grown to its steady state by the step's last request, so a search of short steps finds a
-higher rate than a long one would (the model, on the local server: a median of about 3.7 req/s for
-30-request steps against 2.6 at steady state). The prediction compared with the measured search is
-therefore that same search simulated ``SEARCH_REPLICAS`` times (its step size, repeats, tolerance and
-first rate; other seeds): their median, with the spread of ``SEARCH_QUANTILES`` saying how far one run
-of it may land from another. Two steady-state predictions (2000 simulated requests a step) are shown
-beside it: at the percentile a step resolves (``resolved_percentile``: the median of the order
-statistic the rule reads) and at the true p99, the stricter number a long search would approach.
+higher rate than a long one. The prediction compared with the measured search is therefore that same
+search simulated on the calibrated model, on the same requests: its step size, repeats, tolerance, first
+rate, budget and seed, so that each of its steps sends what the measured step at that rate sent (the
+search's seed gives each step its arrivals and lengths). The same search with ``SEARCH_REPLICAS`` other
+seeds gives the spread of ``SEARCH_QUANTILES``: how far another run of it may land. Two steady-state
+predictions (2000 simulated requests a step) are shown beside it: at the percentile a step resolves
+(``resolved_percentile``: the median of the order statistic the rule reads) and at the true p99, the
+stricter number a long search would approach.
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ __all__: list[str] = []
 # and exact outputs; short, so a step of 30 requests at a few req/s takes seconds
 CAPACITY_WORKLOAD = {"prompt_tokens": 32, "output_tokens": 8}
 # the SLO of each metric, as a multiple of the calibrated model's unloaded value (module docstring)
-SLO_MULTIPLES = {"ttft": 4.0, "tpot": 10.0}
-CAPACITY_SEARCH = {"percentile": 99.0, "min_requests": 30, "repeats": 1, "rel_tolerance": 0.15, "budget_s": 70.0}
+SLO_MULTIPLES = {"ttft": 12.0, "tpot": 15.0}
+CAPACITY_SEARCH = {"percentile": 99.0, "min_requests": 30, "repeats": 1, "rel_tolerance": 0.08, "budget_s": 70.0}
 # the measured search's first rate, as a share of the predicted capacity ...
 START_SHARE = 0.7
 # ... but no lower than the rate at which a step's arrivals take 1/START_FLOOR_STEPS of the budget, so a
@@ -62,13 +65,14 @@ START_SHARE = 0.7
 START_FLOOR_STEPS = 4
 # a chat's first token (BOS) stays in the server's cache from the request before
 CACHED_TOKENS = 1
-# the measured search's design is simulated this many times, and its spread read at these quantiles
+# the measured search's design is simulated this many times with other seeds, and its spread read at these quantiles
 SEARCH_REPLICAS = 40
 SEARCH_QUANTILES = (0.1, 0.9)
 # the measured and predicted capacities agree when they differ by at most this share of the measured
 AGREEMENT = 0.15
 CSV = "capacity.csv"
 STRICT = "predicted_p99"
+PAIRED = "predicted_search"
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,12 @@ class CapacityRun:
     """The measured and predicted searches, the SLOs (ms) and the unloaded latencies they derive from."""
 
     measured: CapacityResult
-    predicted: CapacityResult  # steady state, at the percentile the measured steps resolve (module docstring)
+    paired: CapacityResult  # the measured search simulated on its own requests (module docstring)
+    predicted: CapacityResult  # steady state, at the percentile the measured steps resolve
     predicted_strict: CapacityResult  # steady state, at the percentile asked
     slos_ms: dict[str, float]
     unloaded_ms: dict[str, float]
-    replicated_rps: tuple[float, ...]  # the capacity each simulated run of the measured search found
+    replicated_rps: tuple[float, ...]  # the capacity each simulated run of the search with another seed found
 
 
 def unloaded_ms(cm: object, *, max_batch: int) -> dict[str, float]:
@@ -125,18 +130,20 @@ def measure_capacity(
     start = max(START_SHARE * start, floor) if math.isfinite(start) else floor
     steps = {k: v for k, v in search.items() if k != "percentile"}
     measured = find_capacity(server=server, rate_low_rps=start, progress=False, **steps, **common)
-    # the measured search's own design, from the rate it started at
-    design = {k: search[k] for k in ("min_requests", "repeats", "rel_tolerance")} | {**engine, "rate_low_rps": start}
+    # the measured search's own design, from the rate it started at and within its budget
+    design = {k: search[k] for k in ("min_requests", "repeats", "rel_tolerance", "budget_s")}
+    design |= {**engine, "rate_low_rps": start}
+    paired = predict_capacity(seed=measured.params["seed"], **design, **common)
     replicated = tuple(
         float(predict_capacity(seed=(r + 1) * 2**32, **design, **common).summary["capacity_rps"].iloc[0])
         for r in range(SEARCH_REPLICAS)
     )
-    return CapacityRun(measured, predicted, strict, slos, unloaded, replicated)
+    return CapacityRun(measured, paired, predicted, strict, slos, unloaded, replicated)
 
 
-def predicted_rps(cap: CapacityRun) -> tuple[float, float, float]:
-    """The prediction compared with the measured search: the median capacity over the simulated runs of
-    that search, and its ``SEARCH_QUANTILES`` (req/s; NaN when no run found a passing rate)."""
+def search_spread_rps(cap: CapacityRun) -> tuple[float, float, float]:
+    """The median capacity over the simulated runs of the measured search with other seeds, and its
+    ``SEARCH_QUANTILES`` (req/s; NaN when no run found a passing rate)."""
     found = np.array([r for r in cap.replicated_rps if math.isfinite(r)])
     if not len(found):
         return math.nan, math.nan, math.nan
@@ -145,12 +152,16 @@ def predicted_rps(cap: CapacityRun) -> tuple[float, float, float]:
 
 
 def capacity_steps(cap: CapacityRun) -> pd.DataFrame:
-    """Every step of the three searches, tidy: ``source`` (``measured``, ``predicted`` at the resolved
-    percentile, ``predicted_p99`` at the one asked), ``percentile`` (the one judged), the steps'
-    columns (:class:`toolkit.CapacityResult`; the percentile columns renamed ``ttft_q_ms`` ...), then
+    """Every step of the four searches, tidy: ``source`` (``measured``; ``predicted_search``, the measured
+    search simulated on its own requests; ``predicted`` at steady state at the resolved percentile,
+    ``predicted_p99`` at the one asked), ``percentile`` (the one judged), the steps' columns
+    (:class:`toolkit.CapacityResult`; the percentile columns renamed ``ttft_q_ms`` ...), then
     ``slo_ttft_ms`` and ``slo_tpot_ms`` (the pair, the same on every row); written as ``capacity.csv``."""
     frames = []
-    for source, result in (("measured", cap.measured), ("predicted", cap.predicted), (STRICT, cap.predicted_strict)):
+    searches = (
+        ("measured", cap.measured), (PAIRED, cap.paired), ("predicted", cap.predicted), (STRICT, cap.predicted_strict)
+    )  # fmt: skip
+    for source, result in searches:
         q = float(result.summary["percentile"].iloc[0])
         named = {c: c.replace(f"_p{q:g}_", "_q_") for c in result.steps.columns}
         frames.append(result.steps.rename(columns=named).assign(source=source, percentile=q))
@@ -159,10 +170,10 @@ def capacity_steps(cap: CapacityRun) -> pd.DataFrame:
 
 
 def capacity_error(cap: CapacityRun) -> float:
-    """The predicted capacity (:func:`predicted_rps`) over the measured one, minus 1 (NaN when either is
-    missing)."""
+    """The capacity the measured search simulated on its own requests found (``cap.paired``) over the
+    measured one, minus 1 (NaN when either is missing)."""
     measured = float(cap.measured.summary["capacity_rps"].iloc[0])
-    predicted = predicted_rps(cap)[0]
+    predicted = float(cap.paired.summary["capacity_rps"].iloc[0])
     if not (math.isfinite(measured) and measured > 0 and math.isfinite(predicted)):
         return math.nan
     return predicted / measured - 1

@@ -16,6 +16,7 @@ from toolkit._report.capacity import (
     CAPACITY_SEARCH,
     CAPACITY_WORKLOAD,
     CSV,
+    PAIRED,
     SEARCH_QUANTILES,
     SEARCH_REPLICAS,
     SLO_MULTIPLES,
@@ -24,7 +25,7 @@ from toolkit._report.capacity import (
     CapacityRun,
     capacity_error,
     capacity_steps,
-    predicted_rps,
+    search_spread_rps,
 )
 from toolkit._report.panels import BAR_COLOR, HEIGHT, WIDTH
 
@@ -32,12 +33,13 @@ __all__: list[str] = []
 
 SLUG = "capacity"
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT"}
-_SOURCES = {"measured": BAR_COLOR, "predicted": "#E65100", STRICT: "#9E9E9E"}
+_SOURCES = {"measured": BAR_COLOR, PAIRED: "#E65100", "predicted": "#FFB74D", STRICT: "#9E9E9E"}
 
 
 def capacity_chart(steps: pd.DataFrame, slos_ms: dict[str, float]) -> alt.HConcatChart:
-    """Each metric's percentile against the step's rate, measured steps as points (filled: passed)
-    and predicted ones as lines, with the metric's SLO as a dashed rule; one panel per metric."""
+    """Each metric's percentile against the step's rate, the measured search's steps and their simulated
+    twins as points (filled: measured; shape: passed) and the steady-state predictions as lines, with the
+    metric's SLO as a dashed rule; one panel per metric."""
     panels = []
     for metric, slo in slos_ms.items():
         df = steps[["source", "rate_rps", f"{metric}_q_ms", "passed"]].rename(columns={f"{metric}_q_ms": "ms"})
@@ -49,15 +51,18 @@ def capacity_chart(steps: pd.DataFrame, slos_ms: dict[str, float]) -> alt.HConca
         x = alt.X("rate_rps:Q", title="arrival rate (req/s)")
         y = alt.Y("ms:Q", title=f"{_NAMES[metric]} percentile (ms)", scale=alt.Scale(type="log"))
         tips = ["source", alt.Tooltip("rate_rps", format=".3g"), alt.Tooltip("ms", format=".4g"), "passed"]
-        lines = alt.Chart(df[df["source"].ne("measured")]).mark_line(point=True).encode(x, y, colour, tooltip=tips)
-        points = (
-            alt.Chart(df[df["source"].eq("measured")])
-            .mark_point(size=70, filled=True)
-            .encode(x, y, colour, tooltip=tips, shape=alt.Shape("passed:N", title="step passed"))
-        )
+        searched = df["source"].isin(["measured", PAIRED])
+        lines = alt.Chart(df[~searched]).mark_line(point=True).encode(x, y, colour, tooltip=tips)
+        shape = alt.Shape("passed:N", title="step passed")
+        points = [
+            alt.Chart(df[df["source"].eq(source)])
+            .mark_point(size=70, filled=source == "measured")
+            .encode(x, y, colour, tooltip=tips, shape=shape)
+            for source in ("measured", PAIRED)
+        ]
         rule = alt.Chart(pd.DataFrame({"slo": [slo]})).mark_rule(strokeDash=[6, 3], color="#C62828").encode(y="slo:Q")
         title = f"{_NAMES[metric]}: SLO {slo:g} ms"
-        panels.append(alt.layer(lines, points, rule).properties(width=WIDTH, height=HEIGHT, title=title))
+        panels.append(alt.layer(lines, *points, rule).properties(width=WIDTH, height=HEIGHT, title=title))
     return alt.hconcat(*panels).resolve_scale(y="independent")
 
 
@@ -68,20 +73,25 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
     steps.to_csv(out / CSV, index=False)
     chart = _chart_html(capacity_chart(steps, cap.slos_ms), SLUG, out)
     m = cap.measured.summary.iloc[0]
+    paired = cap.paired.summary.iloc[0]
     p = cap.predicted.summary.iloc[0]
     strict = cap.predicted_strict.summary.iloc[0]
-    median, low, high = predicted_rps(cap)
+    median, low, high = search_spread_rps(cap)
     rows = [
         {"search": "measured", "percentile": m["percentile"], "capacity_rps": m["capacity_rps"],
          "first_failing_rps": m["failed_rps"], "interval_low_rps": m["interval_low_rps"],
          "interval_high_rps": m["interval_high_rps"], "binding_slo": m["binding_slo"], "steps": m["steps"],
          "requests_per_step": m["requests_per_step"], "wall_s": m["wall_s"], "budget_s": m["budget_s"]},
+        {"search": "predicted, the measured search on its own requests", "percentile": paired["percentile"],
+         "capacity_rps": paired["capacity_rps"], "first_failing_rps": paired["failed_rps"],
+         "binding_slo": paired["binding_slo"], "steps": paired["steps"],
+         "requests_per_step": paired["requests_per_step"], "budget_s": paired["budget_s"]},
         *({"search": name, "percentile": s["percentile"], "capacity_rps": s["capacity_rps"],
            "first_failing_rps": s["failed_rps"], "binding_slo": s["binding_slo"],
            "ttft_alone_rps": s["ttft_alone_rps"], "tpot_alone_rps": s["tpot_alone_rps"], "steps": s["steps"],
            "requests_per_step": s["requests_per_step"], "wall_s": s["wall_s"]}
           for name, s in (("predicted", p), (STRICT, strict))),
-        {"search": f"predicted, the measured search simulated {SEARCH_REPLICAS} times", "percentile": m["percentile"],
+        {"search": f"predicted, the measured search with {SEARCH_REPLICAS} other seeds", "percentile": m["percentile"],
          "capacity_rps": median, "interval_low_rps": low, "interval_high_rps": high,
          "requests_per_step": m["requests_per_step"]},
     ]  # fmt: skip
@@ -89,7 +99,7 @@ def capacity_section(cap: CapacityRun, out: Path, *, refused: str = "") -> _Sect
     body = (
         "<p>" + html.escape(" ".join(words)) + "</p>" + chart + "<p>" + html.escape(_method(cap)) + "</p>"
         + _table_html(pd.DataFrame(rows), "Measured and predicted capacity", CSV)
-        + _table_html(steps, "Every step of the three searches", CSV)
+        + _table_html(steps, "Every step of the four searches", CSV)
     )  # fmt: skip
     return _Section("Capacity at the SLO", body)
 
@@ -99,7 +109,8 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
     binds, and the search's time against its budget. With ``refused`` (the trust check presents no fit
     from this run) the prediction is named indicative and not judged against the 15%."""
     m = cap.measured.summary.iloc[0]
-    median, low, high = predicted_rps(cap)
+    paired = cap.paired.summary.iloc[0]["capacity_rps"]
+    _, low, high = search_spread_rps(cap)
     slos = " and ".join(f"{_NAMES[k]} p{m['percentile']:g} within {v:g} ms" for k, v in cap.slos_ms.items())
     if not math.isfinite(m["capacity_rps"]):
         measured = f"no rate passed (the lowest tried, {m['failed_rps']:.3g} req/s, failed)"
@@ -114,7 +125,7 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
         else f", {error:+.0%}: {'within' if abs(error) <= AGREEMENT else 'outside'} {AGREEMENT:.0%}"
     )
     if math.isfinite(error) and m["failed_rps"] > (1 + AGREEMENT) * m["capacity_rps"]:
-        inside = m["capacity_rps"] <= median <= m["failed_rps"]
+        inside = m["capacity_rps"] <= paired <= m["failed_rps"]
         verdict += (
             f" (the search's bracket is wider than {AGREEMENT:.0%}: the capacity lies anywhere in it, so the"
             f" comparison cannot resolve {AGREEMENT:.0%}; the prediction lies {'inside' if inside else 'outside'} it)"
@@ -123,10 +134,13 @@ def capacity_sentence(cap: CapacityRun, *, refused: str = "") -> str:
         verdict = ", indicative only: the fit on this run's profile is not presented (see above)"
     binds = f"; {_NAMES.get(m['binding_slo'], m['binding_slo'])} binds first" if m["binding_slo"] else ""
     stopped = " and stopped at its budget, keeping every step measured" if m["stopped_early"] else ""
-    spread = f"{SEARCH_QUANTILES[1] - SEARCH_QUANTILES[0]:.0%} of them between {low:.3g} and {high:.3g}"
+    spread = (
+        f"with {SEARCH_REPLICAS} other seeds {SEARCH_QUANTILES[1] - SEARCH_QUANTILES[0]:.0%} of its runs land"
+        f" between {low:.3g} and {high:.3g}"
+    )
     return (
-        f"Capacity at {slos}: measured {measured}{binds}; predicted {median:.3g} req/s by the model"
-        f" calibrated on the profile (the median of {SEARCH_REPLICAS} simulated runs of this search, {spread})"
+        f"Capacity at {slos}: measured {measured}{binds}; predicted {paired:.3g} req/s by the model"
+        f" calibrated on the profile (this search simulated on the same requests; {spread})"
         f"{verdict}. The search took {m['wall_s']:.0f} s of its {m['budget_s']:.0f} s budget{stopped}."
     )
 
@@ -147,11 +161,14 @@ def _method(cap: CapacityRun) -> str:
         f" {START_SHARE:g} x the prediction, bisect to {CAPACITY_SEARCH['rel_tolerance']:.0%}, then confirm."
         f" The report's time budget ({m['budget_s']:.0f} s) cut it: {m['requests_per_step']:.0f} measured requests"
         f" a step where the p99 rule asks {m['rule_requests']:.0f} (so a step's p99 is its slowest request, whose"
-        f" median is the {p['percentile']:.3g}th percentile), {CAPACITY_SEARCH['repeats']} step at the last"
-        f" passing rate rather than 2, and a {CAPACITY_SEARCH['rel_tolerance']:.0%} tolerance rather than 10%."
-        f" A short step also starts from an idle server and ends before a queue near capacity has grown to its"
-        f" steady state, so such a search finds a higher rate than a long one: the prediction compared is this"
-        f" same search (its steps, repeats, tolerance and first rate) simulated {SEARCH_REPLICAS} times. The"
+        f" median is the {p['percentile']:.3g}th percentile) and {CAPACITY_SEARCH['repeats']} step at the last"
+        f" passing rate rather than 2."
+        f" The multiples put the capacity at the knee of the latency curve, where a rate a tenth too high fails"
+        f" by more than a step's sampling error, so the number follows the server's service rate. A short step"
+        f" also starts from an idle server and ends before a queue near capacity has grown to its steady state,"
+        f" so such a search finds a higher rate than a long one: the prediction compared is this same search"
+        f" (its steps, repeats, tolerance, first rate, budget and seed, so each step's requests are those the"
+        f" measured step at that rate sent) simulated on the calibrated model. The"
         f" measured interval is where the capacity lies allowing for each percentile's sampling error (the"
         f" highest rate that passed clearly, the lowest that failed clearly; blank where no step was that"
         f" clear). At steady state (2000 simulated requests a step) the model predicts"
