@@ -35,7 +35,12 @@ after all of them, where the prediction steps by pass: the figures of a predicti
 are recorded beside it (``predicted_n_batch_steps``), to tell on an idle host which the server follows.
 
 Both sides count whole prompts: the chat template's tokens are part of the server's counts (its
-opening, 9 tokens here, is shared by every prompt), while the trace's blocks model only the text.
+opening, 9 tokens here, is shared by every prompt), while the trace's blocks model only the text. The
+replay fills a prompt of ``p`` tokens with ``p`` less the template's tokens of text blocks, so a
+trace's last blocks are never sent (in the Mooncake slice requests of one length differ only there): a
+single-turn trace is predicted from its blocks as sent (``_as_sent``: an opening block shared by every
+prompt, the text blocks sent, then blocks for the closing tokens). The session workload's later turns
+are built from the chat so far, and are predicted from the workload's blocks.
 
 Writes reports/bench/prefix_replay.json, and each replayed request measured beside predicted (cached
 tokens, TTFT) to reports/bench/prefix_replay_requests.csv. Results from a busy host are marked
@@ -73,6 +78,23 @@ MOONCAKE_ROOTS = 4
 # The prediction steps by ubatch (the report's scheduling); steps of n_batch are recorded beside it.
 UBATCH, N_BATCH = 512, 2048
 MOONCAKE_SPAN_S = 60.0
+# block ids outside any trace's: the chat template's opening, shared by every prompt, and the blocks that
+# stand for a prompt's closing template tokens, one run per last text block sent
+OPENING_BLOCK, TAIL_BLOCKS = 1 << 41, 1 << 40
+
+
+def _as_sent(trace, template_tokens: int, block: int) -> list[list[int]]:
+    """The blocks of single-turn prompts as the replay sent them (``toolkit._sweep.conversation``): the
+    text of a ``p``-token prompt is its first ``ceil((p - template_tokens) / block)`` blocks, so the
+    trace's later ids, where requests of one length differ, are never sent; the template's opening is
+    one block shared by every prompt and its closing tokens follow the last text block."""
+    sent = []
+    for prompt, ids in zip(trace["prompt_tokens"], trace["prefix_blocks"], strict=True):
+        text = list(ids[: -(-max(int(prompt) - template_tokens, 1) // block)])
+        need = -(-int(prompt) // block)
+        tail = [TAIL_BLOCKS + 64 * int(text[-1]) + i for i in range(need)]
+        sent.append(([OPENING_BLOCK, *text] + tail)[:need])
+    return sent
 
 
 def _mooncake_slice(tk):
@@ -103,6 +125,10 @@ def _compare(tk, replayed, costs, sent, name, per_request):
         trace["output_tokens"] = sent["output_tokens"].to_numpy()[ok.index]
         trace["answer_blocks"] = sent["answer_blocks"].to_numpy()[ok.index]
     trace.attrs["prefix_block_tokens"] = replayed.params["prefix_block_tokens"]
+    if "session_id" not in sent.columns:
+        trace["prefix_blocks"] = _as_sent(
+            trace, int(replayed.params["template_tokens"]), trace.attrs["prefix_block_tokens"]
+        )
     sims = {
         step: tk.simulate(
             trace=trace.reset_index(drop=True),
