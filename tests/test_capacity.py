@@ -297,8 +297,11 @@ def test_find_capacity_brackets_an_md1_servers_capacity():
     assert not s["stopped_early"] and s["wall_s"] <= 150
     failed = steps[~steps["passed"]]
     assert len(failed) and failed["failed_metric"].eq("ttft").all() and s["binding_slo"] == "ttft"
-    # every step offers its rate exactly: its measured requests' span holds (n - 1) / rate
-    assert np.allclose(steps["offered_rps"], steps["rate_rps"], rtol=0.05)
+    # every step offers its rate: the whole step's arrivals are scaled to it exactly, and its 300 measured
+    # requests, the last 300 of 334 arrivals scattered uniformly over that span, take a share of it whose
+    # standard deviation is sqrt(0.9 x 0.1 / 334), 1.6%; 8% is five of those, beyond which a step's
+    # rate is wrong rather than drawn (at 5% a step at 5.1% failed a full test run)
+    assert np.allclose(steps["offered_rps"], steps["rate_rps"], rtol=0.08)
 
 
 def test_a_server_that_degrades_past_a_load_fails_on_tpot_by_its_margin():
