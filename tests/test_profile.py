@@ -150,11 +150,10 @@ def test_profile_then_calibrate_recovers_every_coefficient_within_5_percent(prof
     # there is held there, with the reason, and is then exact; with no batch above four that is not a
     # multiple of four, logit_remainder_reads is not exercised and stays at its default 0; its output
     # matrix is 256 of its 100,256 parameters, too little for a profile to see the output matrix's own
-    # reads, so logit_batched_reads is held (at its default, or at a bound noise put it on); nothing
-    # else is held
+    # reads, so logit_batched_reads lands wherever noise puts it (held at its default or a bound, or
+    # fitted with no effect on any step); nothing else is held
     held = set(filter(None, row["held"].split(",")))
     unseen = {"logit_remainder_reads", "logit_batched_reads"}
-    assert "logit_batched_reads" in held
     assert held <= {"serial_share", "batched_mbu_factor", *unseen}, row["held_reason"]
     for name in held - unseen:
         assert f"{name} held at its upper bound 1: it fitted there" in row["held_reason"]
