@@ -12,7 +12,7 @@ import pandas as pd
 from toolkit._args import check_number
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import StopSearch, search
-from toolkit._capacity.spec import STEP_SETUP_S, Spec, check_spec, step_seed, step_trace
+from toolkit._capacity.spec import Spec, check_spec, step_deadline_s, step_fits, step_seed, step_trace
 from toolkit._capacity.step import judge_step
 
 __all__ = ["find_capacity"]
@@ -156,8 +156,8 @@ def _search(spec: Spec, base_url: str, send: dict, started: float, budget: float
     def measure(rate: float, phase: str) -> dict[str, Any] | None:
         seed = step_seed(spec, len(steps_run))
         trace = step_trace(spec, rate, seed)
-        deadline = float(trace["arrival_s"].iloc[-1]) + spec.drain_s
-        if time.perf_counter() - started + deadline + STEP_SETUP_S > budget:
+        deadline = step_deadline_s(spec, trace)
+        if not step_fits(spec, trace, elapsed_s=time.perf_counter() - started, budget_s=budget):
             return None
         t0 = time.perf_counter()
         try:

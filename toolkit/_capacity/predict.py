@@ -12,7 +12,16 @@ import pandas as pd
 from toolkit._args import check_int, check_number
 from toolkit._capacity.result import CapacityResult, build_result
 from toolkit._capacity.search import search
-from toolkit._capacity.spec import METRICS, STEP_SETUP_S, Spec, check_spec, step_seed, step_trace
+from toolkit._capacity.spec import (
+    METRICS,
+    STEP_SETUP_S,
+    Spec,
+    check_spec,
+    step_deadline_s,
+    step_fits,
+    step_seed,
+    step_trace,
+)  # fmt: skip
 from toolkit._capacity.step import judge_step
 
 __all__ = ["predict_capacity"]
@@ -155,7 +164,7 @@ def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int, budget_s: fl
         seed = step_seed(spec, len(runs))
         t0 = time.perf_counter()
         trace = step_trace(spec, rate, seed)
-        if simulated_s[0] + float(trace["arrival_s"].iloc[-1]) + spec.drain_s + STEP_SETUP_S > budget_s:
+        if not step_fits(spec, trace, elapsed_s=simulated_s[0], budget_s=budget_s):
             return None
         runs.append(rate)
         if spec.trace is None and cached_tokens:
@@ -165,8 +174,9 @@ def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int, budget_s: fl
             trace=trace, seed=seed, progress=False, **engine,
         )  # fmt: skip
         req = sim.requests
-        end_s = float(trace["arrival_s"].iloc[-1]) + spec.drain_s
-        done = (req["arrival_s"] + req["e2e_s"]).to_numpy() <= end_s
+        end_s = step_deadline_s(spec, trace)
+        answered = (req["arrival_s"] + req["e2e_s"]).to_numpy()
+        done = answered <= end_s
         frame = pd.DataFrame(
             {
                 "arrival_s": req["arrival_s"],
@@ -175,8 +185,7 @@ def _search(spec: Spec, engine: dict[str, Any], cached_tokens: int, budget_s: fl
             }
         )
         row = judge_step(frame, spec, rate_rps=rate, end_s=end_s)
-        answered = (req["arrival_s"] + req["e2e_s"]).max()
-        simulated_s[0] += min(float(answered), end_s) + STEP_SETUP_S
+        simulated_s[0] += min(float(answered.max()), end_s) + STEP_SETUP_S
         return {"seed": seed, **row, "wall_s": time.perf_counter() - t0}
 
     return search(

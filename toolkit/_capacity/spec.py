@@ -138,6 +138,17 @@ def _longest_output(spec: Spec) -> int:
     return int(drawn.max())
 
 
+def step_fits(spec: Spec, trace: pd.DataFrame, *, elapsed_s: float, budget_s: float) -> bool:
+    """Whether a step of ``trace`` (its arrivals, then ``spec.drain_s``) and its set-up allowance end
+    within ``budget_s`` after ``elapsed_s``: the rule that stops a measured search and its prediction."""
+    return elapsed_s + step_deadline_s(spec, trace) + STEP_SETUP_S <= budget_s
+
+
+def step_deadline_s(spec: Spec, trace: pd.DataFrame) -> float:
+    """When a step stops waiting for its requests: its last arrival plus ``spec.drain_s`` (s from its start)."""
+    return float(trace["arrival_s"].iloc[-1]) + spec.drain_s
+
+
 def step_seed(spec: Spec, step: int) -> int:
     """The seed of step ``step`` (0, 1, ...): of its arrivals, lengths and prompt words."""
     return spec.seed + step * SEED_STRIDE
