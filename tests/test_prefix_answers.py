@@ -125,8 +125,8 @@ def test_every_later_turn_finds_the_previous_turns_kept_full_blocks():
 
 
 def test_a_single_llama_slot_keeps_the_previous_turns_prompt_and_answer_to_the_token():
-    # one slot, blocks of 1 token: a later turn reuses the previous turn's prompt and answer but its last
-    # token; a first turn the 40-token system prompt where the session before drew the same one
+    # one slot, blocks of 1 token, no host prompt cache: a later turn reuses the previous turn's prompt and
+    # answer but its last token; a first turn the 40-token system prompt where the session before drew the same one
     frame = toolkit.session_workload(
         num_sessions=6,
         session_rate=0.001,
@@ -141,7 +141,9 @@ def test_a_single_llama_slot_keeps_the_previous_turns_prompt_and_answer_to_the_t
         prefix_block_tokens=1,
         seed=4,
     )
-    res = simulate(trace=frame, warmup_fraction=0.0, max_batch=1, backend="llamacpp", cost=StepCost())
+    res = simulate(
+        trace=frame, warmup_fraction=0.0, max_batch=1, backend="llamacpp", cost=StepCost(), prompt_cache_mib=0
+    )
     kept = (frame["prompt_tokens"] + frame["output_tokens"] - 1).tolist()
     drawn = frame["system_prompt"].tolist()
     expected = [0] + [

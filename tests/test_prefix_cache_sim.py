@@ -177,6 +177,70 @@ def test_llama_slot_whole_prompt_and_unified_purge():
     assert cache.prompt == [-1, -1]
 
 
+def host_blocks():
+    rows = [(1, 2, 3), (7, 8), (1, 2, 9)]  # A (12 tokens), B (8), C (12): C shares A's first 8
+    return rows_blocks(rows, [4 * len(r) for r in rows], block=4)
+
+
+@pytest.mark.parametrize(
+    "host_tokens, c_cached, host_after",
+    [
+        (0, 0, []),  # no host cache: the one slot held B when C came
+        (-1, 8, [1]),  # A and B saved as the slot moved on; C loads A (8/12 of each) and B stays
+        (20, 8, [1]),  # A (12) and B (8) fit in 20 tokens
+        (19, 0, [1]),  # saving B evicts A, the oldest
+        (8, 0, [1]),  # A alone is over the limit: never saved
+    ],
+)
+def test_llama_host_prompt_cache(host_tokens, c_cached, host_after):
+    cache = _SlotCache(host_blocks(), slots=1, similarity=0.1, host_tokens=host_tokens)
+    room = 10**6
+    for rid, need in ((0, 12), (1, 8)):
+        assert cache.admit(rid, room, need) == 0
+        cache.release(rid, room)
+    assert cache.admit(2, room, 12) == c_cached
+    assert cache.host == host_after
+
+
+def test_llama_host_cache_takes_idle_slots_at_each_launch():
+    # two slots: A finishes; B starts in the other slot, which saves A to the host cache and clears its slot;
+    # C then finds no slot holding anything and loads A from the cache
+    cache = _SlotCache(host_blocks(), slots=2, similarity=0.1, host_tokens=-1)
+    room = 10**6
+    cache.admit(0, room, 12)
+    cache.release(0, room)
+    assert cache.admit(1, room, 8) == 0
+    assert cache.prompt == [1, -1] and cache.host == [0]
+    assert cache.match(2) == 8  # a router sees the cached prompt
+    assert cache.admit(2, room, 12) == 8 and cache.host == []
+    # a slot picked by similarity that keeps less than half its prompt saves it first: X (20 tokens) shares
+    # 4 with D, so D (4/12 > 0.1) takes X's slot, X is saved, and D loads A, which D holds whole
+    rows = [(1, 2, 3), (1, 50, 51, 52, 53), (1, 2, 3)]
+    cache = _SlotCache(rows_blocks(rows, [12, 20, 12], block=4), slots=1, similarity=0.1, host_tokens=-1)
+    cache.admit(0, room, 12)
+    cache.release(0, room)
+    cache.admit(1, room, 20)
+    cache.release(1, room)
+    assert cache.host == [0]
+    assert cache.admit(2, room, 12) == 11 and cache.host == [1]
+
+
+def test_prompt_cache_mib_sets_the_host_cache():
+    # two prompts share 8 of 12 tokens and a third, unrelated, comes between them on the one slot
+    trace = frame([(12, 1, (1, 2, 3)), (8, 1, (7, 8)), (12, 1, (1, 2, 9))], block=4)
+    cost = StepCost()
+    cost.kv_bytes_per_token = 2**20 / 10  # 10 tokens a MiB
+    cached = {mib: run(trace, backend="llamacpp", max_batch=1, cost=cost, prompt_cache_mib=mib) for mib in (0, 2, 1.9)}
+    assert cached[0].requests["cached_tokens"].tolist() == [0, 0, 0]
+    assert cached[2].requests["cached_tokens"].tolist() == [0, 0, 8]  # 20 tokens hold A and B
+    assert cached[1.9].requests["cached_tokens"].tolist() == [0, 0, 0]  # 19: B evicts A
+    assert cached[2].config["prompt_cache_tokens"] == 20 and cached[0].config["prompt_cache_tokens"] is None
+    # the backend's default, llama.cpp's 8192 MiB, holds them
+    assert run(trace, backend="llamacpp", max_batch=1, cost=cost).requests["cached_tokens"].tolist() == [0, 0, 8]
+    with pytest.raises(ValueError, match="prompt_cache_mib"):
+        run(trace, backend="llamacpp", max_batch=1, cost=cost, prompt_cache_mib=-1)
+
+
 def test_llamacpp_backend_uses_slots():
     trace = frame([(10, 1, (1, 2, 3)), (10, 1, (1, 2, 3))], block=4)
     res = run(trace, backend="llamacpp", max_batch=2)

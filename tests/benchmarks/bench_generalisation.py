@@ -288,6 +288,18 @@ def _plan() -> None:
         print(spec["name"], len(trace), f"{span:.0f} s", {k: round(v, 3) for k, v in load.items()})
 
 
+def _machine() -> dict:
+    """Which machine ran the bench, to tell a repeat on a fresh machine from one on the same: the kernel's
+    id of this boot and when it booted (Linux; empty elsewhere)."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        up_s = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return {}
+    booted = dt.datetime.now() - dt.timedelta(seconds=up_s)
+    return {"boot_id": boot_id, "booted": booted.isoformat(timespec="seconds")}
+
+
 def main() -> None:
     import toolkit as tk
     from toolkit._model.host import best_of_hosts, measure_host
@@ -358,6 +370,7 @@ def main() -> None:
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
+        "machine": _machine(),
         "wall_s": round(time.perf_counter() - started, 1),
         "host_bandwidth_gb_s": _number(host["bandwidth_gb_s"].iloc[0]),
         "host_fp16_tflops": _number(host["fp16_tflops"].iloc[0]),

@@ -279,6 +279,7 @@ def resolve_backend(backend: object) -> dict[str, Any]:
     spec["fp16_accumulate"] = bool(accumulate)
     _optional_number("backend", spec, "max_batch", math.nan, low=1.0)
     _optional_number("backend", spec, "kv_free_fraction", math.nan, low=0.0)
+    _optional_number("backend", spec, "prompt_cache_mib", math.nan, low=0.0)
     if spec["kv_free_fraction"] > 1:
         raise ValueError(f"backend['kv_free_fraction'] must be in [0, 1] or blank, got {spec['kv_free_fraction']!r}")
     return spec

@@ -163,7 +163,7 @@ def simulate_disaggregated(simulate: Any, args: dict[str, Any]) -> SimulationRes
     pre = simulate(
         cost=cost_p, trace=first, replicas=d.prefill_replicas, max_batch=d.prefill_max_batch or a["max_batch"],
         routing=a["routing"], prefill_breaks=a["prefill_breaks"], prefill_start_breaks=a["prefill_start_breaks"],
-        slot_prompt_similarity=a["slot_prompt_similarity"], **shared,
+        slot_prompt_similarity=a["slot_prompt_similarity"], prompt_cache_mib=a["prompt_cache_mib"], **shared,
     )  # fmt: skip
     p = pre.requests
     transfer_s = transfer_ms(prompt, float(cost_p.kv_bytes_per_token), figures) / 1e3

@@ -23,6 +23,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from toolkit._args import check_number
 from toolkit._queueing.prefix_cache import _BlockCache, _Blocks
 from toolkit._queueing.slot_cache import _SlotCache
 
@@ -32,6 +33,8 @@ __all__: list[str] = []
 SLOT_PROMPT_SIMILARITY = 0.1
 # backends that serve through llama.cpp's server slots (``toolkit/_data/backends.csv`` names)
 SLOT_BACKENDS = ("llamacpp", "ollama")
+# the largest host prompt cache accepted (MiB): a petabyte
+MAX_CACHE_MIB = 2**30
 
 
 def check_prefix_blocks(trace: pd.DataFrame) -> tuple[int, np.ndarray, np.ndarray]:
@@ -196,6 +199,25 @@ def blocks_of(
     )
 
 
+def host_cache_tokens(backend: dict | None, prompt_cache_mib: float | None, cost: object) -> int:
+    """Tokens a llama.cpp server's host-memory prompt cache holds (``toolkit._queueing.slot_cache``):
+    ``prompt_cache_mib`` (None: the backend's ``prompt_cache_mib``, backends.csv) over the cost model's
+    KV bytes per token, the size of a saved sequence state; 0 without a cache, -1 (no limit) for a cost
+    object without ``kv_bytes_per_token``."""
+    if prompt_cache_mib is not None:
+        prompt_cache_mib = check_number("prompt_cache_mib", prompt_cache_mib, low=0, high=MAX_CACHE_MIB)
+    if backend is None or backend["name"] not in SLOT_BACKENDS:
+        return 0
+    if prompt_cache_mib is None:
+        prompt_cache_mib = backend["prompt_cache_mib"]
+    if not prompt_cache_mib or prompt_cache_mib != prompt_cache_mib:  # 0, or NaN: blank in backends.csv
+        return 0
+    per_token = getattr(cost, "kv_bytes_per_token", None)
+    if per_token is None:
+        return -1
+    return max(int(prompt_cache_mib * 2**20 / float(per_token)), 1)
+
+
 def prefix_caches(
     trace: pd.DataFrame | None,
     order: np.ndarray | None,
@@ -204,10 +226,12 @@ def prefix_caches(
     slots: int,
     unit_tokens: int,
     similarity: float,
+    host_tokens: int = 0,
 ) -> list[_BlockCache] | list[_SlotCache] | None:
     """One prefix cache per replica for a trace with ``prefix_blocks`` (None without that column):
-    llama.cpp's slots for a llama.cpp backend, else vLLM's block cache. ``order`` puts the trace's
-    rows in sending order; ``unit_tokens`` is the engine's KV block (a hit counts whole ones)."""
+    llama.cpp's slots for a llama.cpp backend, with a host prompt cache of ``host_tokens``
+    (``host_cache_tokens``), else vLLM's block cache. ``order`` puts the trace's rows in sending order;
+    ``unit_tokens`` is the engine's KV block (a hit counts whole ones)."""
     if trace is None or "prefix_blocks" not in trace.columns:
         return None
     block, ids, offsets = check_prefix_blocks(trace)
@@ -221,5 +245,5 @@ def prefix_caches(
     unit = 1 if backend_name in SLOT_BACKENDS else unit_tokens
     blocks = blocks_of(ids, offsets, prompt, block, unit, order, n)
     if backend_name in SLOT_BACKENDS:
-        return [_SlotCache(blocks, slots, similarity) for _ in range(replicas)]
+        return [_SlotCache(blocks, slots, similarity, host_tokens) for _ in range(replicas)]
     return [_BlockCache(blocks) for _ in range(replicas)]

@@ -36,7 +36,7 @@ from toolkit._progress import check_progress, progress_bar
 from toolkit._queueing.clock import _Clock
 from toolkit._queueing.disaggregated import simulate_disaggregated
 from toolkit._queueing.engine import _Engine
-from toolkit._queueing.prefix_segments import SLOT_PROMPT_SIMILARITY, prefix_caches
+from toolkit._queueing.prefix_segments import SLOT_PROMPT_SIMILARITY, host_cache_tokens, prefix_caches
 from toolkit._queueing.sim_result import SimulationResult, request_records, summarize
 from toolkit._queueing.speculative import speculative_engine
 from toolkit._queueing.workload import _cached_tokens, _cost, _draw_tokens, _load, check_breaks, check_fits
@@ -87,6 +87,7 @@ def simulate(
     prefill_start_breaks: Sequence[int] = (),
     ubatch_tokens: int | None = None,
     slot_prompt_similarity: float = SLOT_PROMPT_SIMILARITY,
+    prompt_cache_mib: float | None = None,
     speculation: object = None,
     disaggregation: object = None,
 ) -> SimulationResult:
@@ -194,6 +195,9 @@ def simulate(
         llama-server's ``--slot-prompt-similarity`` (0 to 1; default 0.1, the server's): a request
         takes the idle slot sharing the largest fraction of its prompt above it. Used with
         ``prefix_blocks`` and a llama.cpp backend.
+    prompt_cache_mib : float, optional
+        llama-server's host-memory prompt cache of saved prompts (``--cache-ram``, 0 to 2**30 MiB; 0: none; None: the
+        backend's, 8192 for llama.cpp): its bytes over the cost's ``kv_bytes_per_token`` (``_queueing.slot_cache``).
     speculation : dict, optional
         Speculative decoding, as for :func:`toolkit.speculative_decoding`: every step is priced as a speculative
         one; each decoding sequence gains its drawn accepted length per step (:mod:`toolkit._queueing.speculative`).
@@ -257,8 +261,7 @@ def simulate(
     kv_budget = int(cm.kv_budget_tokens)
     slack = max(int(getattr(cm, "kv_block_tokens", 1)) - 1, 0)
     cap = getattr(cm, "max_batch", math.inf)
-    if cap is not None and math.isfinite(cap):
-        batch = min(batch, int(cap))
+    batch = min(batch, int(cap)) if cap is not None and math.isfinite(cap) else batch
     check_fits(prompt + output, cm, kv_budget, slack, token_budget)
     overhead_s = float(cm.request_overhead_ms) / 1e3
     n = len(prompt)
@@ -268,8 +271,9 @@ def simulate(
         arrival, prompt, output = arrival[order], prompt[order], output[order]
         cached = None if cached is None else cached[order]
     similarity = check_number("slot_prompt_similarity", slot_prompt_similarity, low=0, high=1)
-    name = None if backend is None else resolve_backend(backend)["name"]
-    caches = prefix_caches(trace, order, name, n_replicas, batch, slack + 1, similarity)
+    spec = None if backend is None else resolve_backend(backend)
+    host = host_cache_tokens(spec, prompt_cache_mib, cm)  # tokens (0: none)
+    caches = prefix_caches(trace, order, spec and spec["name"], n_replicas, batch, slack + 1, similarity, host)
     if caches is not None and cached is not None:
         raise ValueError("trace: give cached_tokens or prefix_blocks, not both (prefix_blocks simulates the cache)")
     if routing == "prefix_affinity" and caches is None:
@@ -311,5 +315,6 @@ def simulate(
         kv_budget_tokens=kv_budget, request_overhead_ms=cm.request_overhead_ms, seed=seed, warmup_fraction=warm,
         output_cv=spread, prefill_breaks=breaks, prefill_start_breaks=starts, ubatch_tokens=ubatch,
         prefix_cache=None if caches is None else type(caches[0]).__name__.strip("_"), speculation=speculation,
+        prompt_cache_tokens=(host or None) if caches else None,
     )  # fmt: skip
     return SimulationResult(requests, pd.DataFrame([summary]), config)

@@ -12,7 +12,7 @@ Untagged, a lane sends the same prompt at every level, and shares it whole with 
 
 The model replays the sweep's requests, level after level (pass by pass where the repeats are passes),
 through the simulator's llama.cpp slot cache (``toolkit._queueing.slot_cache``: ``toolkit.simulate``'s
-rule for ``backend="llamacpp"``, the server's ``--parallel`` slots) on the measured timeline: a request
+rule for ``backend="llamacpp"``, the server's ``--parallel`` slots and its host-memory prompt cache) on the measured timeline: a request
 takes a slot when it was sent and frees it when its answer came. A level's predicted hit rate is its
 requests' cached prompt tokens over their prompt tokens, as the server's ``/metrics`` counts them. The
 slots reuse the common prefix; a server on a sliding-window model without ``--swa-full`` (the report's)
@@ -34,6 +34,8 @@ COLUMN = "predicted_prefix_hit_rate"
 _LEVEL_GAP_S = 1.0
 # KV tokens free: more than the sweep's prompts, so no idle slot is purged
 _ROOM = 10**12
+# the server's host prompt cache (--cache-ram, 8192 MiB by default) holds every prompt of a sweep: no limit
+_HOST_TOKENS = -1
 
 
 def shared_prefix_tokens(
@@ -113,7 +115,7 @@ def predicted_hit_rates(
     request takes a slot when it was sent, and its slot falls idle, keeping its prompt, when its answer
     came (the answers that came at the same time first)."""
     trace = sweep_trace(lanes, shared, lane_tokens)
-    cache = prefix_caches(trace, None, "llamacpp", 1, slots, 1, similarity)[0]
+    cache = prefix_caches(trace, None, "llamacpp", 1, slots, 1, similarity, _HOST_TOKENS)[0]
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
     events = sorted(
         [(t, 0, r) for r, t in enumerate(trace["end_s"])] + [(t, 1, r) for r, t in enumerate(trace["arrival_s"])]
