@@ -59,12 +59,13 @@ class _SlotCache:
 
     def size_tokens(self) -> int:
         """Tokens of the prompts idle slots and the host cache hold."""
+        return self._idle_tokens() + self._host_used()
+
+    def _idle_tokens(self) -> int:
         total = 0
         for s, rid in enumerate(self.prompt):
             if rid >= 0 and not self.busy[s]:
                 total += self._tokens(rid)
-        for rid in self.host:
-            total += self._tokens(rid)
         return total
 
     def _tokens(self, rid: int) -> int:
@@ -99,10 +100,7 @@ class _SlotCache:
 
     def trim(self, room: int) -> None:
         """Purge idle slots, in slot order, while their prompts exceed ``room`` tokens."""
-        over = -room
-        for s, rid in enumerate(self.prompt):
-            if rid >= 0 and not self.busy[s]:
-                over += self._tokens(rid)
+        over = self._idle_tokens() - room
         for s, rid in enumerate(self.prompt):
             if over <= 0:
                 break
