@@ -690,9 +690,10 @@ def test_a_local_run_times_each_of_its_phases(monkeypatch, tmp_path):
     monkeypatch.setattr(_measure.host_state, "conditions", lambda before, after: {"other_cpu_share": 0.0})
     monkeypatch.setattr(capacity_module, "measure_capacity", takes(70.0, "the capacity run"))
     run = _measure._measure_local(tmp_path)
-    # 3 host samples of 8 s, 4 profile passes of 20 s, 2 sweep passes of 50 s, one capacity search
+    # 3 host samples of 8 s, 3 profile passes of 20 s (one after each sweep pass, one after the replay),
+    # 2 sweep passes of 50 s, one capacity search
     assert run.phase_s == pytest.approx(
-        {"host": 24.0, "server": 5.0, "profile": 80.0, "sweep": 100.0, "replay_stretch": 3.0, "replay": 100.0,
+        {"host": 24.0, "server": 5.0, "profile": 60.0, "sweep": 100.0, "replay_stretch": 3.0, "replay": 100.0,
          "capacity": 70.0}
     )  # fmt: skip
     assert run.capacity == "the capacity run"

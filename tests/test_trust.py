@@ -184,7 +184,7 @@ def _trace(*, seed: int) -> pd.DataFrame:
     )
 
 
-def test_the_loop_predicts_a_server_that_follows_the_cost_model():
+def test_the_loop_predicts_a_server_that_follows_the_cost_model(monkeypatch):
     # the loopback engine of tests/engine_server.py, whose step time the cost model can express
     # exactly: calibrated on its profile alone, the model must predict a sweep and a replay it never saw
     from engine_server import EngineServer
@@ -222,6 +222,14 @@ def test_the_loop_predicts_a_server_that_follows_the_cost_model():
     assert set(check.cell_fit["cell"]) == {"decode", "batch", "prefill"}
     assert check.cell_fit["rel_err"].abs().max() < 0.05, check.cell_fit
     assert "Even on the profile" not in check.sentence
+    # given the profile's calibration (the report's capacity search fits it first), the check fits
+    # nothing again and predicts the sweep as it did
+    import toolkit._validation.trust as trust_module
+
+    monkeypatch.setattr(trust_module, "calibrate", lambda *args, **kwargs: pytest.fail("calibrated again"))
+    again = trust_check(frame, swept.lanes, swept.levels, None, model=MODEL, gpu=DEVICE, quant=QUANT, max_batch=1000,
+                        calibration=check.calibration)  # fmt: skip
+    assert again.calibration is check.calibration and again.sweep_median_error == check.sweep_median_error
 
 
 def test_a_server_the_model_cannot_express_is_named_by_its_own_profile_cells():

@@ -91,8 +91,12 @@ def fit(
     def params_of(x: np.ndarray) -> dict[str, float]:
         return {**defaults, **dict(zip(names, map(float, x)))}
 
+    columns = {name: obs[name].to_numpy() for name in obs.columns}
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        return predict_ms(build(**params_of(x)), obs, prefill_breaks, prefill_starts, ubatch_tokens) / measured - 1.0
+        return (
+            predict_ms(build(**params_of(x)), columns, prefill_breaks, prefill_starts, ubatch_tokens) / measured - 1.0
+        )
 
     best = None
     for x0 in _starts(defaults, names, low, high):

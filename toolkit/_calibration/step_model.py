@@ -8,7 +8,8 @@ step a decode waits through while a prompt is prefilled beside it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,12 +22,15 @@ __all__: list[str] = []
 
 def predict_ms(
     cm: CostModel,
-    obs: pd.DataFrame,
+    obs: pd.DataFrame | Mapping[str, np.ndarray],
     prefill_breaks: Sequence[int] = (),
     prefill_starts: Sequence[int] = (),
     ubatch_tokens: int | None = None,
 ) -> np.ndarray:
     """The cost model's prediction (ms) of every observation from :func:`observations`.
+
+    ``obs`` is that frame, or a mapping of its columns to arrays (a fit, which predicts the same
+    observations thousands of times, passes one: reading a frame's columns is most of a call's time).
 
     With ``prefill_breaks`` (offsets from a prompt's end) or ``prefill_starts`` (positions from its
     start, counting its cached tokens), as in :func:`toolkit.simulate`, a prompt is prefilled in one
@@ -36,20 +40,23 @@ def predict_ms(
     With ``ubatch_tokens`` a step of more tokens is priced as the simulator prices it, as graph passes
     of that many tokens each (:func:`toolkit._queueing.chunking.iteration_ms`).
     """
-    b = obs["batch"].to_numpy()
-    context = obs["context_tokens"].to_numpy()
-    cached = obs["cached_tokens"].to_numpy()
-    wave = obs["wave_tokens"].to_numpy()
-    m = obs["decoding"].to_numpy()
-    held = m * obs.get("decoding_context_tokens", obs["context_tokens"]).to_numpy()  # the decoders' KV
+    b = np.asarray(obs["batch"])
+    context = np.asarray(obs["context_tokens"])
+    cached = np.asarray(obs["cached_tokens"])
+    wave = np.asarray(obs["wave_tokens"])
+    m = np.asarray(obs["decoding"])
+    held = m * np.asarray(obs.get("decoding_context_tokens", obs["context_tokens"]))  # the decoders' KV
     tpot = cm.step_ms(b, b * context)
     wait = np.minimum(m, 1.0) * 0.5 * cm.step_ms(m, held)
-    prompts = obs["wave_prompts"].to_numpy()  # each ends in the wave's last step
+    prompts = np.asarray(obs["wave_prompts"])  # each ends in the wave's last step
     if prefill_breaks or prefill_starts:
-        own = np.maximum(obs["prompt_tokens"].to_numpy() - cached, 1.0)
+        own = np.maximum(np.asarray(obs["prompt_tokens"]) - cached, 1.0)
         together = wave / own  # the wave's tokens, as prompts of this one's size cut at the same breaks
-        prefill, longest = np.zeros(len(obs)), np.zeros(len(obs))
-        chunks = prefill_chunks(own, prefill_breaks, cm.max_num_batched_tokens, cached, prefill_starts)
+        prefill, longest = np.zeros(len(b)), np.zeros(len(b))
+        chunks = _same_chunks(
+            own.tobytes(), np.asarray(cached, dtype=float).tobytes(), tuple(prefill_breaks),
+            cm.max_num_batched_tokens, tuple(prefill_starts),
+        )  # fmt: skip
         for chunk, done in chunks:
             ends = prompts * (done + chunk >= own)
             step = iteration_ms(cm.step_ms, m, held, chunk * together, cached + done, ends, ubatch_tokens)
@@ -58,7 +65,7 @@ def predict_ms(
     else:
         prefill = longest = iteration_ms(cm.step_ms, m, held, wave, cached, prompts, ubatch_tokens)
     ttft = wait + prefill + cm.request_overhead_ms
-    kind = obs["kind"].to_numpy()
+    kind = np.asarray(obs["kind"])
     return np.where(kind == "tpot", tpot, np.where(kind == "gap", longest, ttft))
 
 
@@ -92,3 +99,13 @@ def prefill_chunks(
         row[: len(chunks)] = chunks
     done = np.cumsum(table, axis=1) - table
     return [(table[which, i], done[which, i]) for i in range(table.shape[1])]
+
+
+@functools.lru_cache(maxsize=16)
+def _same_chunks(
+    tokens: bytes, cached: bytes, prefill_breaks: tuple[int, ...], max_num_batched_tokens: int, starts: tuple[int, ...]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`prefill_chunks` of float64 arrays given as bytes, kept: a fit predicts the same prompts
+    thousands of times, and cutting them into chunks does not depend on the parameters it varies
+    (callers only read the arrays returned)."""
+    return prefill_chunks(np.frombuffer(tokens), prefill_breaks, max_num_batched_tokens, np.frombuffer(cached), starts)

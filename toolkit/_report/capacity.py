@@ -86,6 +86,8 @@ class CapacityRun:
     slos_ms: dict[str, float]
     unloaded_ms: dict[str, float]
     replicated_rps: tuple[float, ...]  # the capacity each simulated run of the search with another seed found
+    # the calibration on the profile that predicted it (calibrate's row), which the trust check reuses
+    calibration: pd.DataFrame | None = None
 
 
 def unloaded_ms(cm: object, *, max_batch: int) -> dict[str, float]:
@@ -138,7 +140,7 @@ def measure_capacity(
         float(predict_capacity(seed=(r + 1) * 2**32, **design, **common).summary["capacity_rps"].iloc[0])
         for r in range(SEARCH_REPLICAS)
     )
-    return CapacityRun(measured, paired, predicted, strict, slos, unloaded, replicated)
+    return CapacityRun(measured, paired, predicted, strict, slos, unloaded, replicated, fitted)
 
 
 def search_spread_rps(cap: CapacityRun) -> tuple[float, float, float]:

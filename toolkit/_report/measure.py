@@ -27,10 +27,12 @@ from toolkit._workload.traces import load_trace
 __all__ = ["notebook_levels"]
 
 
-# The local sweep matches the recorded one (data/llamacpp_sweep_gemma3_270m_conditions.csv), run twice
-# so that each level has a spread: about four minutes on 2 cores. Its two passes alternate with the
-# profile's three (_measure_local says why).
-LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 128, "repeats": 2}
+# The local sweep has the recorded one's lanes and limits (data/llamacpp_sweep_gemma3_270m_conditions.csv)
+# with half its output tokens (64, not 128), run twice so that each level has a spread: about two minutes
+# on 2 cores. Half the tokens keep the report inside its time (the sweep was a third of it) and still give
+# each lane 63 decode steps, twice the profile's decode cells (32 tokens). Its two passes alternate with
+# the profile's (_measure_local says why).
+LOCAL_SWEEP = {"lanes": 8, "limits": (1, 2, 4, 8), "max_tokens": 64, "repeats": 2}
 RECORDED_CONDITIONS = "llamacpp_sweep_gemma3_270m_conditions.csv"
 
 
@@ -96,10 +98,12 @@ def _recorded_run() -> _Run:
 def _measure_local(out: Path) -> _Run:
     """Profile the local llama-server, sweep it, and replay a held-out trace slice against it.
 
-    The profile's passes and the sweep's passes alternate over the run (profile, sweep, profile,
-    sweep, profile: one pass of the profile more than ``LOCAL_SWEEP["repeats"]``), then the replay and
-    one more profile pass, so that a pass brackets the replay on each side
-    (:mod:`toolkit._validation.replay_drift`). The
+    The sweep's passes and the profile's passes alternate over the run (sweep, profile, sweep,
+    profile: a profile pass after each of the ``LOCAL_SWEEP["repeats"]`` sweep passes), then the
+    replay and one more profile pass, so that a pass brackets the replay on each side
+    (:mod:`toolkit._validation.replay_drift`). The server warms itself up when it loads the model, so
+    the run opens with the sweep rather than a profile pass: three passes of the profile hold the
+    drift the fit's intervals need, and a fourth cost half a minute of the report's eight. The
     intervals of the fit (the drift between the profile's passes, :mod:`toolkit._calibration.fit`)
     and of the verdicts (the spread of a level's repeats, :mod:`toolkit._sweep.verdict_interval`)
     are measured from repeats; run back to back, repeats a few seconds apart miss the drift of the
@@ -134,7 +138,8 @@ def _measure_local(out: Path) -> _Run:
     with LlamaServer(parallel=LOCAL_SWEEP["lanes"]) as server:
         phase_s["server"] = time.perf_counter() - started
         pid = server.pid
-        passes = [timed("profile", profile, server=server, repeats=1, progress=False)]
+        passes: list[pd.DataFrame] = []
+        phase_s["profile"] = 0.0
 
         def between_sweep_passes() -> None:
             passes.append(timed("profile", profile, server=server, repeats=1, progress=False))
@@ -160,8 +165,8 @@ def _measure_local(out: Path) -> _Run:
         " (one core left to the client)"
     )
     run.conditions["profile"] = (
-        f"toolkit.profile, {len(passes)} passes over its design: one before the sweep, one after each of its"
-        " passes (the last of them right before the replay) and one right after the replay"
+        f"toolkit.profile, {len(passes)} passes over its design: one after each of the sweep's passes (the"
+        " last of them right before the replay) and one right after the replay"
     )
     run.conditions["held-out traffic"] = (
         f"{len(trace)} requests: {HELD_OUT_TRACE_NAME} from {HELD_OUT_TRACE['start_s']} s for"
@@ -270,7 +275,7 @@ async def notebook_levels(
     Parameters
     ----------
     base_url : str, optional
-        A server to sweep now (8 lanes, limits 1, 2, 4, 8, 128 output tokens) when no ``sweep_dir``.
+        A server to sweep now (8 lanes, limits 1, 2, 4, 8, 64 output tokens) when no ``sweep_dir``.
     model : str, optional
         Model name the server expects (None: the first ``/v1/models`` lists).
     sweep_dir : str or pathlib.Path, optional

@@ -40,6 +40,7 @@ def _trust(run: _Run):
         **SCHEDULING,
         replay_passes=run.replay_passes,
         refused=busy_reason(run.profile, run.others) or unsteady_reason(run.profile),
+        calibration=getattr(run.capacity, "calibration", None),
     )
 
 

@@ -115,6 +115,7 @@ def trust_check(
     ubatch_tokens: int | None = None,
     replay_passes: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     refused: str = "",
+    calibration: pd.DataFrame | None = None,
 ) -> TrustCheck:
     """Calibrate on ``profile``, predict the sweep and the replay, and judge the model (module docstring).
 
@@ -124,7 +125,9 @@ def trust_check(
     (:func:`toolkit._calibration.predict.predict_sweep` simulates the uncached tokens of a lane's
     prompt without their position in it). ``replay_passes``, the profile passes (one pass of
     :func:`toolkit.profile` each) measured right before and right after the replay, calibrate the
-    replay's prediction instead of ``profile`` and give ``replay_drift``.
+    replay's prediction instead of ``profile`` and give ``replay_drift``. ``calibration``, the row
+    :func:`toolkit.calibrate` already returned for ``profile`` with these arguments (the report's
+    capacity search fits it first), spares fitting it again; None fits it here.
     """
     if refused:
         nothing = dict.fromkeys(("calibration", "cell_fit", "sweep_accuracy", "replay_accuracy"))
@@ -138,7 +141,7 @@ def trust_check(
         )
     starts = {"prefill_start_breaks": prefill_start_breaks}
     passes = {"prefill_breaks": prefill_breaks, "ubatch_tokens": ubatch_tokens, **starts}
-    fitted = calibrate(profile, model, gpu, quant, **passes)
+    fitted = calibrate(profile, model, gpu, quant, **passes) if calibration is None else calibration
     cells = cell_fit(profile, fitted, model=model, gpu=gpu, quant=quant, **passes)
     run = _Recorded(sweep_lanes, sweep_levels)
     scheduling = {"max_num_batched_tokens": max_num_batched_tokens, "prefill_breaks": prefill_breaks}
